@@ -1,0 +1,70 @@
+// Package gated is a database/sql driver that puts admission control in front of the connection
+// pool of another driver (pgx v5 by default, lib/pq, or any registered driver).
+//
+// A connection pool limits connections, but not how many callers wait for one, and it never says
+// "no" early: under overload goroutines pile up in front of it and deadlines expire after the work
+// was queued anyway. gated gives every *sql.DB a bulkhead with two budgets:
+//
+//   - B execution permits (gate_concurrent): operations that run, from taking a physical
+//     connection to its cleanup. Acquired first-in first-out, waiting at most gate_queue_wait and
+//     never past the context's deadline.
+//   - B+Q admission permits (gate_queue is Q): every operation inside the gate, running or
+//     waiting. When none is free the operation fails at once with [ErrAdmissionFull].
+//
+// # Usage
+//
+// Existing code keeps its *sql.DB and changes one line:
+//
+//	import _ "github.com/gatedsql/gated"
+//
+//	db, err := sql.Open("gated", "postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8&gate_queue_wait=20ms")
+//
+// Every BeginTx, ExecContext, QueryContext, PrepareContext and statement use, Conn and
+// PingContext on db then passes the gate. Answer a refusal with HTTP 503:
+//
+//	if gated.IsRejected(err) {
+//		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+//	}
+//
+// [Open] does the same and also sets database/sql's pool so it cannot undo the gate; with
+// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more.
+//
+// # How it works
+//
+// database/sql takes a connection from its own pool before it calls the driver, so a driver that
+// wrapped connections one to one could only gate after that wait. gated's [Connector] therefore
+// hands out virtual connections that cost no I/O. The first call on one binds it: admission permit,
+// execution permit, then a physical connection from gated's own pool of at most P
+// (gate_max_conns). The binding ends when database/sql takes the connection back: after Commit or
+// Rollback, rows.Close, or (*sql.Conn).Close. A healthy physical connection then goes straight to
+// the next waiter together with the permit, or back to the pool; a broken one is closed, and the
+// permit is released only once the driver's cleanup (including a server-side cancel) has ended.
+// Because the B of every gate add up to at most P, nobody ever waits for a physical connection:
+// the gate's queue is the only queue.
+//
+// # Configuration
+//
+// [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
+// form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
+// gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
+// gate_max_conn_lifetime and gate_max_conn_idle_time. [Config] documents each with its default.
+//
+// # Errors
+//
+// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells); a context that
+// ends while the operation waits yields an error wrapping the context's error. Errors of the
+// inner driver pass through unchanged, so errors.As(err, &pgErr) keeps working. gated never
+// returns an error wrapping driver.ErrBadConn for its own reasons, so database/sql does not retry
+// a refusal.
+//
+// # Observability
+//
+// [Connector.Stats] reports running and waiting operations, refusals, wait time and the physical
+// pool; [FromDB] finds the Connector behind a *sql.DB.
+//
+// # Caveats
+//
+// PingContext binds like any other operation: under overload a readiness probe is refused, which
+// is usually the right signal. (*sql.Conn).Raw hands out the virtual connection; [Unwrap] reaches
+// the inner driver's connection.
+package gated

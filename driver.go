@@ -1,0 +1,82 @@
+package gated
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+)
+
+// DriverName is the name gated registers with database/sql.
+const DriverName = "gated"
+
+func init() {
+	sql.Register(DriverName, &Driver{})
+}
+
+// Driver is the database/sql driver registered as "gated". Its OpenConnector parses a DSN with
+// [ParseDSN] and returns a [Connector]; database/sql uses that for sql.Open("gated", dsn). The
+// Driver returned by a Connector's Driver method is bound to that Connector.
+type Driver struct {
+	c *Connector // nil for the registered driver
+}
+
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.DriverContext = (*Driver)(nil)
+)
+
+// OpenConnector parses dsn and returns a new Connector with its own gate and pool.
+func (d *Driver) OpenConnector(dsn string) (driver.Connector, error) {
+	cfg, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return NewConnector(cfg)
+}
+
+var errOpenUnsupported = errors.New("gated: Driver.Open is not supported: a gate belongs to a Connector; use sql.Open, gated.Open or gated.OpenDB")
+
+// Open returns a virtual connection of the Driver's Connector. On the registered driver, which
+// has none, it returns an error: a connection opened on its own would have a gate of its own.
+// database/sql never calls it, because the driver implements driver.DriverContext.
+func (d *Driver) Open(string) (driver.Conn, error) {
+	if d.c == nil {
+		return nil, errOpenUnsupported
+	}
+	return d.c.Connect(context.Background())
+}
+
+// Open parses dsn and returns a *sql.DB with the recommended settings of [OpenDB]. Like sql.Open
+// it does no I/O; errors are those of [ParseDSN] and [NewConnector].
+func Open(dsn string) (*sql.DB, error) {
+	cfg, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return OpenDB(c), nil
+}
+
+// OpenDB returns a *sql.DB using c, with settings that keep database/sql's own pool from undoing
+// the gate: no limit on open connections (a limit below B+Q would make callers queue in
+// database/sql, unbounded, before they reach the gate) and at least B+Q idle connections (they
+// are virtual: a small struct each, no server connection). Physical lifetimes are the gate's own
+// (gate_max_conn_lifetime, gate_max_conn_idle_time), so ConnMaxLifetime stays 0.
+func OpenDB(c *Connector) *sql.DB {
+	db := sql.OpenDB(c)
+	db.SetMaxIdleConns(c.cfg.Concurrent + c.cfg.Queue)
+	return db
+}
+
+// FromDB returns the Connector behind db, if db was opened with gated.
+func FromDB(db *sql.DB) (*Connector, bool) {
+	d, ok := db.Driver().(*Driver)
+	if !ok || d.c == nil {
+		return nil, false
+	}
+	return d.c, true
+}

@@ -1,0 +1,222 @@
+package gated
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func TestDriverRegisteredAsGated(t *testing.T) {
+	found := false
+	for _, name := range sql.Drivers() {
+		found = found || name == DriverName
+	}
+	if !found {
+		t.Fatalf("sql.Drivers() = %v, no %q", sql.Drivers(), DriverName)
+	}
+}
+
+func TestSQLOpenRejectsBadDSNNamingTheKey(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://u:s3cr3t-pw@h/db?gate_concurrent=abc",
+		"postgres://u:s3cr3t-pw@h/db?gate_bogus=1",
+		"host=h password=s3cr3t-pw gate_concurrent=11 gate_max_conns=10",
+	} {
+		db, err := sql.Open(DriverName, dsn)
+		if err == nil {
+			db.Close()
+			t.Errorf("sql.Open(%q) succeeded", dsn)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "gated: ") || !strings.Contains(err.Error(), "gate_") {
+			t.Errorf("sql.Open(%q) error %q: want a gated: error naming the key", dsn, err)
+		}
+		if strings.Contains(err.Error(), "s3cr3t-pw") {
+			t.Errorf("error %q contains the password", err)
+		}
+	}
+}
+
+func TestSQLOpenRejectsUnregisteredInnerDriver(t *testing.T) {
+	_, err := Open("gate_driver=nosuchdriver")
+	var de *DSNError
+	if !errors.As(err, &de) || de.Key != "gate_driver" {
+		t.Fatalf("got %v, want a DSNError for gate_driver", err)
+	}
+}
+
+func TestOpenSetsDatabaseSQLPoolForTheGate(t *testing.T) {
+	db, err := Open("gate_driver=pgx gate_max_conns=4 gate_concurrent=3 gate_queue=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if s := db.Stats(); s.MaxOpenConnections != 0 {
+		t.Errorf("MaxOpenConnections = %d, want 0 (unlimited virtual connections)", s.MaxOpenConnections)
+	}
+	c, ok := FromDB(db)
+	if !ok {
+		t.Fatal("FromDB did not find the connector")
+	}
+	if s := c.Stats(); s.Concurrent != 3 || s.Queue != 5 || s.Pool.MaxConns != 4 {
+		t.Errorf("Stats = %+v", s)
+	}
+	plain := sql.OpenDB(c)
+	defer plain.Close()
+	if _, ok := FromDB(plain); !ok {
+		t.Error("FromDB(sql.OpenDB(connector)) = false")
+	}
+}
+
+func TestPGBasicOperationsPassTheGate(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		db, c, _ := openPG(t, drv, "gate_max_conns=3&gate_concurrent=2&gate_queue=2")
+		ctx := context.Background()
+		table := "gated_basic_" + drv
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (id int primary key, name text)"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { admin(t).Exec("DROP TABLE IF EXISTS " + table) })
+
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", 1, "one"); err != nil {
+			t.Fatal(err)
+		}
+		if s := c.Stats(); s.Running != 1 {
+			t.Errorf("inside a transaction Running = %d, want 1", s.Running)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if s := c.Stats(); s.Running != 0 {
+			t.Errorf("after Commit returned Running = %d, want 0", s.Running)
+		}
+
+		stmt, err := db.PrepareContext(ctx, "SELECT name FROM "+table+" WHERE id = $1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stmt.Close()
+		var name string
+		if err := stmt.QueryRowContext(ctx, 1).Scan(&name); err != nil || name != "one" {
+			t.Fatalf("prepared query: %q, %v", name, err)
+		}
+		rows, err := db.QueryContext(ctx, "SELECT generate_series(1, 3)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Close(); err != nil || n != 3 {
+			t.Fatalf("rows: %d, %v", n, err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitQuiet(t, db, c)
+		if s := c.Stats(); s.Admitted < 7 {
+			t.Errorf("Admitted = %d: operations did not pass the gate", s.Admitted)
+		}
+	})
+}
+
+// TestPGOverloadKeepsEveryBudget is issue 2's acceptance test: 10×(B+Q) callers on a real
+// server; running never exceeds B, server connections never exceed P, database/sql never waits,
+// and every call succeeds or fails with a gate error.
+func TestPGOverloadKeepsEveryBudget(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		const p, b, q = 5, 4, 4
+		db, c, app := openPG(t, drv, "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=30ms")
+		adm := admin(t)
+		stop := make(chan struct{})
+		var sampler sync.WaitGroup
+		var maxRunning, maxAdmitted, maxBackends, samples atomic.Int64
+		sampler.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := c.Stats()
+				storeMax(&maxRunning, int64(s.Running))
+				storeMax(&maxAdmitted, int64(s.Running+s.Waiting))
+				storeMax(&maxBackends, int64(backends(t, adm, app)))
+				samples.Add(1)
+			}
+		})
+
+		var ok, rejected atomic.Int64
+		var callers sync.WaitGroup
+		for range 10 * (b + q) {
+			callers.Go(func() {
+				for range 8 {
+					tx, err := db.BeginTx(context.Background(), nil)
+					if err == nil {
+						_, err = tx.Exec("SELECT pg_sleep(0.005)")
+						if err == nil {
+							err = tx.Commit()
+						} else {
+							tx.Rollback()
+						}
+					}
+					switch {
+					case err == nil:
+						ok.Add(1)
+					case isGateError(err):
+						rejected.Add(1)
+					default:
+						t.Errorf("call failed with a non-gate error: %v", err)
+					}
+				}
+			})
+		}
+		callers.Wait()
+		close(stop)
+		sampler.Wait()
+
+		t.Logf("%d succeeded, %d refused; %d samples: max running %d, max admitted %d, max backends %d",
+			ok.Load(), rejected.Load(), samples.Load(), maxRunning.Load(), maxAdmitted.Load(), maxBackends.Load())
+		if ok.Load() == 0 || rejected.Load() == 0 {
+			t.Errorf("want both successes and refusals under 10×(B+Q) callers")
+		}
+		if maxRunning.Load() > b {
+			t.Errorf("running reached %d > B=%d", maxRunning.Load(), b)
+		}
+		if maxAdmitted.Load() > b+q {
+			t.Errorf("running+waiting reached %d > B+Q=%d", maxAdmitted.Load(), b+q)
+		}
+		if maxBackends.Load() > p {
+			t.Errorf("pg_stat_activity showed %d connections > P=%d", maxBackends.Load(), p)
+		}
+		if w := db.Stats().WaitCount; w != 0 {
+			t.Errorf("database/sql WaitCount = %d, want 0", w)
+		}
+		waitQuiet(t, db, c)
+		if s := c.Stats(); s.Admitted+s.RejectedFull+s.RejectedTimeout+s.Canceled != ok.Load()+rejected.Load()+1 {
+			// +1: waitQuiet's probe query.
+			t.Errorf("gate counted %+v for %d calls", s, ok.Load()+rejected.Load())
+		}
+	})
+}
+
+func storeMax(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package gated
+
+import (
+	"database/sql/driver"
+	"errors"
+)
+
+// ErrAdmissionFull is returned when an operation finds every admission permit of its gate taken
+// (B running and Q waiting). It is returned at once, before the operation waits for anything, and
+// the operation holds no permit afterwards. Callers usually answer it with HTTP 503.
+var ErrAdmissionFull = errors.New("gated: admission full: too many operations running and waiting")
+
+// ErrAdmissionTimeout is returned when an admitted operation waited gate_queue_wait for an
+// execution permit without getting one, or when gate_queue_wait is 0 and no permit was free. The
+// admission permit has been returned when the caller sees it.
+var ErrAdmissionTimeout = errors.New("gated: timed out waiting for an execution permit")
+
+// ErrCommitUnknown is returned by Commit when the connection failed after the COMMIT was sent and
+// before the server answered: the transaction may or may not have been committed. It wraps the
+// driver's error. The physical connection is discarded.
+var ErrCommitUnknown = errors.New("gated: commit outcome unknown: connection lost during commit")
+
+// ErrClosed is returned by operations that need the gate after the Connector was closed.
+var ErrClosed = errors.New("gated: connector is closed")
+
+// IsRejected reports whether err means the gate refused an operation under load
+// ([ErrAdmissionFull] or [ErrAdmissionTimeout]). A context's error is not a rejection.
+func IsRejected(err error) bool {
+	return errors.Is(err, ErrAdmissionFull) || errors.Is(err, ErrAdmissionTimeout)
+}
+
+// DSNError reports a DSN key, or a [Config] field set in code, that gated cannot use. Key is the
+// DSN key (for example "gate_concurrent"); it is empty when the DSN as a whole is malformed. The
+// message never contains the DSN itself, so it cannot leak a password.
+type DSNError struct {
+	Key string
+	Err error
+}
+
+func (e *DSNError) Error() string {
+	if e.Key == "" {
+		return "gated: invalid DSN: " + e.Err.Error()
+	}
+	return "gated: DSN key " + e.Key + ": " + e.Err.Error()
+}
+
+func (e *DSNError) Unwrap() error { return e.Err }
+
+// badConnHidden carries a driver error that wraps driver.ErrBadConn without letting errors.Is see
+// that sentinel (I6): database/sql retries ErrBadConn, which would make it re-enter the gate while
+// this operation's permit is still held. errors.As and errors.Is for every other target still reach
+// the driver's error.
+type badConnHidden struct{ err error }
+
+func (e badConnHidden) Error() string { return e.err.Error() }
+
+func (e badConnHidden) Is(target error) bool {
+	return target != driver.ErrBadConn && errors.Is(e.err, target)
+}
+
+func (e badConnHidden) As(target any) bool { return errors.As(e.err, target) }
+
+// hideBadConn returns err unchanged unless it matches driver.ErrBadConn.
+func hideBadConn(err error) error {
+	if err == nil || !errors.Is(err, driver.ErrBadConn) {
+		return err
+	}
+	return badConnHidden{err}
+}

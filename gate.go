@@ -1,0 +1,244 @@
+package gated
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
+//
+// Admission permits are not counted separately: an operation holds one exactly while it runs or
+// waits, so admitted = running + waiting, and the B+Q limit is checked against that sum. One mutex
+// guards everything, which keeps Running and Waiting exact and lets a release hand its permit (and
+// its physical connection) to the first waiter in the same critical section.
+type gate struct {
+	concurrent int           // B
+	queue      int           // Q
+	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
+	pool       *pool         // where a released connection goes when no waiter takes it
+
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+	running    int     // execution permits held, including by operations whose connection is being destroyed
+	waiting    int     // waiters in the FIFO list
+	head, tail *waiter // FIFO of operations waiting for an execution permit
+	closed     bool
+
+	admitted        int64
+	rejectedFull    int64
+	rejectedTimeout int64
+	canceled        int64
+	waitDuration    time.Duration
+}
+
+// A waiter is one operation queued for an execution permit. Waiters are pooled: ready is buffered
+// so that a hand-over never blocks the releasing goroutine, and timer is reused across waits.
+type waiter struct {
+	ctx        context.Context
+	ready      chan struct{} // receives once when granted (or when the gate closes)
+	timer      *time.Timer
+	start      time.Time
+	prev, next *waiter
+
+	// Guarded by gate.mu.
+	granted bool      // the permit was handed over
+	pc      *physConn // connection handed over with the permit, or nil
+	removed bool      // taken off the list by someone else (skipped as expired, or gate closed)
+	err     error     // set with removed when the gate closed
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ready: make(chan struct{}, 1), timer: t}
+}}
+
+func newGate(concurrent, queue int, queueWait time.Duration, p *pool) *gate {
+	return &gate{concurrent: concurrent, queue: queue, queueWait: queueWait, pool: p}
+}
+
+// acquire takes an admission permit and then an execution permit. On success the caller holds an
+// execution permit and must give it back with release exactly once; pc is a physical connection
+// handed over by the previous holder, or nil when the caller must take one from the pool. On
+// failure nothing is held.
+func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
+	g.mu.Lock()
+	switch {
+	case g.closed:
+		g.mu.Unlock()
+		return nil, ErrClosed
+	case g.running+g.waiting >= g.concurrent+g.queue:
+		g.rejectedFull++
+		g.mu.Unlock()
+		return nil, ErrAdmissionFull
+	case g.running < g.concurrent && g.head == nil:
+		// Nobody waits, so taking the permit cannot jump the queue.
+		g.running++
+		g.admitted++
+		g.mu.Unlock()
+		return nil, nil
+	case g.queueWait <= 0:
+		g.rejectedTimeout++
+		g.mu.Unlock()
+		return nil, ErrAdmissionTimeout
+	}
+	if err := ctx.Err(); err != nil {
+		g.canceled++
+		g.mu.Unlock()
+		return nil, waitError(err)
+	}
+	w := waiterPool.Get().(*waiter)
+	w.ctx, w.start = ctx, time.Now()
+	g.pushLocked(w)
+	wait := g.queueWait
+	g.mu.Unlock()
+
+	w.timer.Reset(wait)
+	select {
+	case <-w.ready:
+		w.timer.Stop()
+		return g.finishWait(w)
+	case <-ctx.Done():
+		err = waitError(ctx.Err())
+	case <-w.timer.C:
+		err = ErrAdmissionTimeout
+	}
+	w.timer.Stop()
+
+	g.mu.Lock()
+	switch {
+	case w.granted:
+		// A release handed the permit over while we were leaving.
+		if err == ErrAdmissionTimeout {
+			g.mu.Unlock()
+			<-w.ready
+			return g.finishWait(w)
+		}
+		// The context ended: pass the permit on rather than starting work nobody waits for.
+		g.admitted--
+		g.canceled++
+		pc := w.pc
+		g.mu.Unlock()
+		<-w.ready
+		g.release(pc)
+	case w.err != nil:
+		// Woken by close.
+		err = w.err
+		g.mu.Unlock()
+		<-w.ready
+	default:
+		// A release may already have taken us off the list because our context had ended.
+		if !w.removed {
+			g.removeLocked(w)
+		}
+		if err == ErrAdmissionTimeout {
+			g.rejectedTimeout++
+		} else {
+			g.canceled++
+		}
+		g.mu.Unlock()
+	}
+	putWaiter(w)
+	return nil, err
+}
+
+// finishWait returns what a woken waiter was given and recycles it.
+func (g *gate) finishWait(w *waiter) (*physConn, error) {
+	pc, err := w.pc, w.err
+	putWaiter(w)
+	return pc, err
+}
+
+func putWaiter(w *waiter) {
+	*w = waiter{ready: w.ready, timer: w.timer}
+	waiterPool.Put(w)
+}
+
+func waitError(err error) error {
+	return fmt.Errorf("gated: waiting for an execution permit: %w", err)
+}
+
+// release gives back one execution permit, with the physical connection the operation used (nil
+// when it was destroyed). The first waiter whose context has not ended gets both directly; waiters
+// whose context ended are skipped, never handed a permit (I5). Without a waiter the permit is
+// returned and the connection goes back to the pool. Never blocks.
+func (g *gate) release(pc *physConn) {
+	g.mu.Lock()
+	for w := g.head; w != nil; w = g.head {
+		g.removeLocked(w)
+		if w.ctx.Err() != nil {
+			w.removed = true
+			continue
+		}
+		w.granted, w.pc = true, pc
+		g.admitted++
+		g.waitDuration += time.Since(w.start)
+		g.mu.Unlock()
+		w.ready <- struct{}{}
+		return
+	}
+	if g.running <= 0 {
+		g.mu.Unlock()
+		panic("gated: execution permit released more often than acquired")
+	}
+	g.running--
+	if pc != nil {
+		// Still under g.mu, so that the permit and its connection become available together: an
+		// acquirer that gets this permit finds the connection idle and never waits in the pool.
+		g.pool.put(pc)
+	}
+	g.mu.Unlock()
+}
+
+// close makes every later acquire fail with ErrClosed and wakes the waiters with that error.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for w := g.head; w != nil; w = g.head {
+		g.removeLocked(w)
+		w.removed, w.err = true, ErrClosed
+		w.ready <- struct{}{}
+	}
+}
+
+func (g *gate) pushLocked(w *waiter) {
+	w.prev = g.tail
+	if g.tail != nil {
+		g.tail.next = w
+	} else {
+		g.head = w
+	}
+	g.tail = w
+	g.waiting++
+}
+
+func (g *gate) removeLocked(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		g.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		g.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	g.waiting--
+}
+
+// stats fills the gate's part of s.
+func (g *gate) stats(s *Stats) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.Concurrent, s.Queue = g.concurrent, g.queue
+	s.Running, s.Waiting = g.running, g.waiting
+	s.Admitted = g.admitted
+	s.RejectedFull = g.rejectedFull
+	s.RejectedTimeout = g.rejectedTimeout
+	s.Canceled = g.canceled
+	s.WaitDuration = g.waitDuration
+}

@@ -1,0 +1,290 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// newTestGate returns a gate over a pool that never dials: these tests release nil connections.
+func newTestGate(b, q int, wait time.Duration) *gate {
+	return newGate(b, q, wait, newPool(nil, b, 0, 0))
+}
+
+func gateStats(g *gate) Stats {
+	var s Stats
+	g.stats(&s)
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func mustAcquire(t *testing.T, g *gate) {
+	t.Helper()
+	if _, err := g.acquire(context.Background()); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+}
+
+// acquireAsync starts an acquire and returns its result channel once the caller is queued.
+func acquireAsync(t *testing.T, g *gate, ctx context.Context) <-chan error {
+	t.Helper()
+	before := gateStats(g).Waiting
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx)
+		done <- err
+	}()
+	waitFor(t, "waiter queued", func() bool { return gateStats(g).Waiting == before+1 })
+	return done
+}
+
+func TestGateRejectsAtOnceWhenAdmissionFull(t *testing.T) {
+	g := newTestGate(1, 1, time.Minute)
+	mustAcquire(t, g)
+	queued := acquireAsync(t, g, context.Background())
+
+	start := time.Now()
+	_, err := g.acquire(context.Background())
+	if !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("acquire with B+Q admitted: got %v, want ErrAdmissionFull", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("refusal took %v; it must not wait", d)
+	}
+	if s := gateStats(g); s.RejectedFull != 1 || s.Running != 1 || s.Waiting != 1 {
+		t.Errorf("stats after refusal = %+v", s)
+	}
+	g.release(nil)
+	if err := <-queued; err != nil {
+		t.Fatalf("queued acquire: %v", err)
+	}
+	g.release(nil)
+	if s := gateStats(g); s.Running != 0 || s.Waiting != 0 || s.Admitted != 2 {
+		t.Errorf("final stats = %+v", s)
+	}
+}
+
+func TestGateServesWaitersInArrivalOrder(t *testing.T) {
+	g := newTestGate(1, 5, time.Minute)
+	mustAcquire(t, g)
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 5 {
+		before := gateStats(g).Waiting
+		wg.Go(func() {
+			if _, err := g.acquire(context.Background()); err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			g.release(nil)
+		})
+		waitFor(t, "waiter queued", func() bool { return gateStats(g).Waiting == before+1 })
+	}
+	g.release(nil)
+	wg.Wait()
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("service order %v, want arrival order", order)
+		}
+	}
+}
+
+func TestGateQueueWaitZeroNeverJumpsTheQueue(t *testing.T) {
+	g := newTestGate(2, 2, time.Minute)
+	mustAcquire(t, g)
+	mustAcquire(t, g)
+	g2 := newTestGate(2, 2, 0)
+	mustAcquire(t, g2)
+	if _, err := g2.acquire(context.Background()); err != nil {
+		t.Fatalf("free permit with queue_wait=0: %v", err)
+	}
+	if _, err := g2.acquire(context.Background()); !errors.Is(err, ErrAdmissionTimeout) {
+		t.Fatalf("no free permit with queue_wait=0: got %v, want ErrAdmissionTimeout", err)
+	}
+
+	// With someone waiting, a freed permit belongs to the waiter: a try-once caller arriving
+	// between the release and the waiter's wake-up must not take it.
+	queued := acquireAsync(t, g, context.Background())
+	g.mu.Lock()
+	g.queueWait = 0 // later arrivals try once
+	g.mu.Unlock()
+	g.release(nil)
+	if _, err := g.acquire(context.Background()); !errors.Is(err, ErrAdmissionTimeout) {
+		t.Fatalf("try-once acquire with a waiter served: got %v, want ErrAdmissionTimeout", err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+func TestGateQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
+	g := newTestGate(1, 1, 20*time.Millisecond)
+	mustAcquire(t, g)
+	start := time.Now()
+	_, err := g.acquire(context.Background())
+	if !errors.Is(err, ErrAdmissionTimeout) || !IsRejected(err) {
+		t.Fatalf("got %v, want ErrAdmissionTimeout", err)
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Errorf("gave up after %v, before gate_queue_wait", d)
+	}
+	if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 0 || s.Running != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+func TestGateContextDeadlineBeforeQueueWait(t *testing.T) {
+	g := newTestGate(1, 1, time.Minute)
+	mustAcquire(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := g.acquire(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || IsRejected(err) {
+		t.Fatalf("got %v, want the context's DeadlineExceeded", err)
+	}
+	if s := gateStats(g); s.Canceled != 1 || s.Waiting != 0 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+// endedCtx reports its error before its Done channel closes, so a test can make a queued waiter's
+// context end without waking the waiter.
+type endedCtx struct {
+	context.Context
+	ended atomic.Bool
+	done  chan struct{}
+}
+
+func (c *endedCtx) Done() <-chan struct{} { return c.done }
+
+func (c *endedCtx) Err() error {
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+func TestGateNeverHandsPermitToEndedWaiter(t *testing.T) {
+	g := newTestGate(1, 2, time.Minute)
+	mustAcquire(t, g)
+	ctx := &endedCtx{Context: context.Background(), done: make(chan struct{})}
+	first := acquireAsync(t, g, ctx)
+	second := acquireAsync(t, g, context.Background())
+
+	ctx.ended.Store(true) // the first waiter is still queued and asleep
+	g.release(nil)
+	if err := <-second; err != nil {
+		t.Fatalf("second waiter: %v", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("first waiter, whose context ended, returned %v before its Done closed", err)
+	default:
+	}
+	close(ctx.done)
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first waiter: got %v, want context.Canceled", err)
+	}
+	g.release(nil)
+	if s := gateStats(g); s.Running != 0 || s.Waiting != 0 || s.Admitted != 2 || s.Canceled != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+func TestGateCountsExactAfterRandomCancellations(t *testing.T) {
+	const b, q, workers, rounds = 3, 5, 32, 200
+	g := newTestGate(b, q, 5*time.Millisecond)
+	var running, violations atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(3000))*time.Microsecond)
+				_, err := g.acquire(ctx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if n := running.Add(1); n > b {
+					violations.Add(1)
+				}
+				if s := gateStats(g); s.Running > b || s.Running+s.Waiting > b+q {
+					violations.Add(1)
+				}
+				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
+				running.Add(-1)
+				g.release(nil)
+			}
+		})
+	}
+	wg.Wait()
+	s := gateStats(g)
+	if violations.Load() != 0 {
+		t.Errorf("%d observations exceeded B or B+Q", violations.Load())
+	}
+	if s.Running != 0 || s.Waiting != 0 {
+		t.Errorf("after quiet: running %d, waiting %d", s.Running, s.Waiting)
+	}
+	if total := s.Admitted + s.RejectedFull + s.RejectedTimeout + s.Canceled; total != workers*rounds {
+		t.Errorf("outcomes add up to %d, want %d (%+v)", total, workers*rounds, s)
+	}
+	// Every permit is back: B acquires succeed at once.
+	for range b {
+		mustAcquire(t, g)
+	}
+}
+
+func TestGateDoubleReleasePanics(t *testing.T) {
+	g := newTestGate(1, 0, 0)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("release without acquire did not panic")
+		}
+	}()
+	g.release(nil)
+}
+
+func TestGateCloseWakesWaiters(t *testing.T) {
+	g := newTestGate(1, 1, time.Minute)
+	mustAcquire(t, g)
+	queued := acquireAsync(t, g, context.Background())
+	g.close()
+	if err := <-queued; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiter after close: %v", err)
+	}
+	if _, err := g.acquire(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after close: %v", err)
+	}
+}
+
+func TestGateUncontendedAcquireReleaseDoesNotAllocate(t *testing.T) {
+	g := newTestGate(4, 4, time.Second)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		g.acquire(ctx)
+		g.release(nil)
+	})
+	if allocs != 0 {
+		t.Errorf("uncontended acquire+release allocates %v times", allocs)
+	}
+}

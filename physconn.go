@@ -1,0 +1,285 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// maxCachedStmts bounds the prepared statements kept per physical connection; beyond it the
+// oldest-inserted is closed, so an application that prepares ever new queries does not
+// accumulate statements on the server.
+const maxCachedStmts = 64
+
+// A physConn is one connection of the inner driver. It is used by one goroutine at a time: the
+// operation bound to it, or the pool while idle or being destroyed.
+//
+// Its driver calls mirror what database/sql does for a driver.Conn (optional interfaces first,
+// the same fallbacks and errors otherwise), because database/sql now only sees the virtual
+// connection above it.
+type physConn struct {
+	conn      driver.Conn
+	pg        *pgconn.PgConn // set for pgx: exact health, and the end of its asynchronous cleanup
+	createdAt time.Time
+	idleSince time.Time
+	used      bool // served an operation: reset before the next one
+	broken    bool // must be destroyed rather than reused
+
+	stmts     map[string]driver.Stmt // prepared statements by query text
+	stmtOrder []string               // insertion order, for eviction
+}
+
+func newPhysConn(dc driver.Conn) *physConn {
+	pc := &physConn{conn: dc, createdAt: time.Now()}
+	if sc, ok := dc.(*stdlib.Conn); ok {
+		pc.pg = sc.Conn().PgConn()
+	}
+	return pc
+}
+
+func (pc *physConn) expired(now time.Time, lifetime, idleTime time.Duration) bool {
+	return (lifetime > 0 && now.Sub(pc.createdAt) >= lifetime) ||
+		(idleTime > 0 && now.Sub(pc.idleSince) >= idleTime)
+}
+
+// reusable reports whether pc may serve another operation: open, not in a transaction, not busy.
+func (pc *physConn) reusable() bool {
+	if pc.broken || !pc.alive() {
+		return false
+	}
+	return pc.pg == nil || (!pc.pg.IsBusy() && pc.pg.TxStatus() == 'I')
+}
+
+// alive reports whether the driver still considers the connection open; true when the driver
+// cannot tell.
+func (pc *physConn) alive() bool {
+	if pc.pg != nil {
+		return !pc.pg.IsClosed()
+	}
+	if v, ok := pc.conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+// reset runs the driver's ResetSession before a used connection serves a new operation.
+func (pc *physConn) reset(ctx context.Context) error {
+	if !pc.used {
+		return nil
+	}
+	if r, ok := pc.conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+// close closes the connection and waits, bounded, until the driver's cleanup has finished.
+func (pc *physConn) close() {
+	if pc.pg == nil {
+		// pgx statements die with their connection; closing them first would cost a round trip
+		// each. Other drivers may hold client-side resources per statement.
+		for _, st := range pc.stmts {
+			st.Close()
+		}
+	}
+	pc.stmts, pc.stmtOrder = nil, nil
+	pc.conn.Close()
+	if pc.pg != nil {
+		t := time.NewTimer(cleanupWait)
+		select {
+		case <-pc.pg.CleanupDone():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if st := pc.stmts[query]; st != nil {
+		return pc.execStmt(ctx, st, args)
+	}
+	switch c := pc.conn.(type) {
+	case driver.ExecerContext:
+		a, err := convertArgs(pc.conn, nil, args)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.ExecContext(ctx, query, a)
+		if err != driver.ErrSkip {
+			return res, err
+		}
+	case driver.Execer: //nolint:staticcheck // legacy drivers, as database/sql supports them
+		a, err := convertArgs(pc.conn, nil, args)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := namedValueToValue(a)
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res, err := c.Exec(query, vals)
+		if err != driver.ErrSkip {
+			return res, err
+		}
+	}
+	st, err := pc.prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return pc.execStmt(ctx, st, args)
+}
+
+func (pc *physConn) query(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if st := pc.stmts[query]; st != nil {
+		return pc.queryStmt(ctx, st, args)
+	}
+	switch c := pc.conn.(type) {
+	case driver.QueryerContext:
+		a, err := convertArgs(pc.conn, nil, args)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := c.QueryContext(ctx, query, a)
+		if err != driver.ErrSkip {
+			return rows, err
+		}
+	case driver.Queryer: //nolint:staticcheck // legacy drivers, as database/sql supports them
+		a, err := convertArgs(pc.conn, nil, args)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := namedValueToValue(a)
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rows, err := c.Query(query, vals)
+		if err != driver.ErrSkip {
+			return rows, err
+		}
+	}
+	st, err := pc.prepare(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return pc.queryStmt(ctx, st, args)
+}
+
+// prepare returns the connection's statement for query, preparing it on first use.
+func (pc *physConn) prepare(ctx context.Context, query string) (driver.Stmt, error) {
+	if st := pc.stmts[query]; st != nil {
+		return st, nil
+	}
+	var st driver.Stmt
+	var err error
+	if c, ok := pc.conn.(driver.ConnPrepareContext); ok {
+		st, err = c.PrepareContext(ctx, query)
+	} else {
+		st, err = pc.conn.Prepare(query)
+		if err == nil && ctx.Err() != nil {
+			st.Close()
+			return nil, ctx.Err()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pc.stmts == nil {
+		pc.stmts = make(map[string]driver.Stmt)
+	}
+	if len(pc.stmtOrder) >= maxCachedStmts {
+		oldest := pc.stmtOrder[0]
+		pc.stmtOrder = append(pc.stmtOrder[:0], pc.stmtOrder[1:]...)
+		pc.stmts[oldest].Close()
+		delete(pc.stmts, oldest)
+	}
+	pc.stmts[query] = st
+	pc.stmtOrder = append(pc.stmtOrder, query)
+	return st, nil
+}
+
+func (pc *physConn) execStmt(ctx context.Context, st driver.Stmt, args []driver.NamedValue) (driver.Result, error) {
+	a, err := stmtArgs(pc.conn, st, args)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := st.(driver.StmtExecContext); ok {
+		return s.ExecContext(ctx, a)
+	}
+	vals, err := namedValueToValue(a)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return st.Exec(vals) //nolint:staticcheck // fallback for drivers without StmtExecContext
+}
+
+func (pc *physConn) queryStmt(ctx context.Context, st driver.Stmt, args []driver.NamedValue) (driver.Rows, error) {
+	a, err := stmtArgs(pc.conn, st, args)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := st.(driver.StmtQueryContext); ok {
+		return s.QueryContext(ctx, a)
+	}
+	vals, err := namedValueToValue(a)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return st.Query(vals) //nolint:staticcheck // fallback for drivers without StmtQueryContext
+}
+
+// stmtArgs converts args for st and checks their number as database/sql would.
+func stmtArgs(ci driver.Conn, st driver.Stmt, args []driver.NamedValue) ([]driver.NamedValue, error) {
+	a, err := convertArgs(ci, st, args)
+	if err != nil {
+		return nil, err
+	}
+	if want := st.NumInput(); want >= 0 && len(a) != want {
+		return nil, fmt.Errorf("sql: expected %d arguments, got %d", want, len(a))
+	}
+	return a, nil
+}
+
+func (pc *physConn) begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c, ok := pc.conn.(driver.ConnBeginTx); ok {
+		return c.BeginTx(ctx, opts)
+	}
+	if opts.Isolation != 0 {
+		return nil, errors.New("sql: driver does not support non-default isolation level")
+	}
+	if opts.ReadOnly {
+		return nil, errors.New("sql: driver does not support read-only transactions")
+	}
+	txi, err := pc.conn.Begin() //nolint:staticcheck // fallback for drivers without ConnBeginTx
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		txi.Rollback()
+		return nil, err
+	}
+	return txi, nil
+}
+
+func (pc *physConn) ping(ctx context.Context) error {
+	if p, ok := pc.conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"sync"
+	"time"
+)
+
+// cleanupWait bounds how long a destroyed connection may keep its permit while the driver
+// finishes its asynchronous cleanup (pgx closes a cancelled connection in the background).
+const cleanupWait = 15 * time.Second
+
+// A pool owns the physical connections of one Connector: at most maxConns open, idle ones kept
+// LIFO so that surplus connections age out. It has no wait queue of its own: callers hold an
+// execution permit, and because the gates' B add up to at most maxConns and a permit is released
+// only after its connection is idle again or destroyed, a permit holder always finds an idle
+// connection or room to open one. The only wait is for a connection that is still closing, for
+// example one the reaper expired.
+type pool struct {
+	connector driver.Connector
+	maxConns  int
+	lifetime  time.Duration // 0 = no limit
+	idleTime  time.Duration // 0 = no limit
+
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+	idle    []*physConn
+	open    int           // connections counted against maxConns: opening, in use, idle or closing
+	inUse   int           // connections bound to an operation
+	freed   chan struct{} // closed when open drops, if someone waits for that; nil otherwise
+	closed  bool
+	reaping bool // the reaper goroutine runs
+	opened  int64
+	closedN int64
+	failed  int64 // connection attempts that failed
+
+	stop chan struct{}  // closed by close: stops the reaper
+	bg   sync.WaitGroup // reaper and background destroys
+}
+
+func newPool(c driver.Connector, maxConns int, lifetime, idleTime time.Duration) *pool {
+	return &pool{connector: c, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
+}
+
+// get returns a physical connection for a caller that holds an execution permit: an idle one
+// (which the caller must reset before use) or a new one.
+func (p *pool) get(ctx context.Context) (*physConn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if n := len(p.idle); n > 0 {
+			pc := p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.inUse++
+			p.mu.Unlock()
+			if pc.expired(time.Now(), p.lifetime, p.idleTime) {
+				p.destroy(pc)
+				continue
+			}
+			return pc, nil
+		}
+		if p.open < p.maxConns {
+			p.open++
+			p.startReaperLocked()
+			p.mu.Unlock()
+			return p.dial(ctx)
+		}
+		if p.freed == nil {
+			p.freed = make(chan struct{})
+		}
+		freed := p.freed
+		p.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (p *pool) dial(ctx context.Context) (*physConn, error) {
+	dc, err := p.connector.Connect(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.failed++
+		p.releaseSlotLocked()
+		return nil, hideBadConn(err)
+	}
+	p.opened++
+	p.inUse++
+	return newPhysConn(dc), nil
+}
+
+// put makes a healthy connection idle. It runs under the releasing gate's lock, so it must not
+// block: when the pool is already closed the connection is closed in the background.
+func (p *pool) put(pc *physConn) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.destroyAsync(pc, nil)
+		return
+	}
+	pc.idleSince = time.Now()
+	p.idle = append(p.idle, pc)
+	p.inUse--
+	p.mu.Unlock()
+}
+
+// destroy closes a connection taken out of the pool, waits for the driver's cleanup, and only
+// then frees its slot.
+func (p *pool) destroy(pc *physConn) {
+	pc.close()
+	p.mu.Lock()
+	p.inUse--
+	p.closedN++
+	p.releaseSlotLocked()
+	p.mu.Unlock()
+}
+
+// destroyAsync destroys pc in the background and then calls done (when not nil): the permit an
+// operation held for pc is released there, after the server-side work has ended.
+func (p *pool) destroyAsync(pc *physConn, done func()) {
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		p.destroy(pc)
+		if done != nil {
+			done()
+		}
+	}()
+}
+
+func (p *pool) releaseSlotLocked() {
+	p.open--
+	if p.freed != nil {
+		close(p.freed)
+		p.freed = nil
+	}
+}
+
+// close closes the idle connections, stops the reaper and waits for background destroys.
+// Connections still bound to operations are closed when those operations end.
+func (p *pool) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.inUse += len(idle) // destroy counts them out again
+	close(p.stop)
+	p.mu.Unlock()
+	for _, pc := range idle {
+		p.destroy(pc)
+	}
+	p.bg.Wait()
+}
+
+// startReaperLocked starts the goroutine that closes idle connections past their lifetime or
+// idle time, once, when the first connection opens.
+func (p *pool) startReaperLocked() {
+	if p.reaping || (p.lifetime <= 0 && p.idleTime <= 0) {
+		return
+	}
+	p.reaping = true
+	interval := p.idleTime
+	if p.lifetime > 0 && (interval <= 0 || p.lifetime < interval) {
+		interval = p.lifetime
+	}
+	interval = max(interval/2, 10*time.Millisecond)
+	p.bg.Add(1)
+	go p.reap(interval)
+}
+
+func (p *pool) reap(interval time.Duration) {
+	defer p.bg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			for _, pc := range p.takeExpired(now) {
+				p.destroy(pc)
+			}
+		}
+	}
+}
+
+// takeExpired removes the expired idle connections and counts them as in use until destroyed.
+func (p *pool) takeExpired(now time.Time) []*physConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var expired []*physConn
+	kept := p.idle[:0]
+	for _, pc := range p.idle {
+		if pc.expired(now, p.lifetime, p.idleTime) {
+			expired = append(expired, pc)
+		} else {
+			kept = append(kept, pc)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.inUse += len(expired)
+	return expired
+}
+
+// stats fills s.
+func (p *pool) stats(s *PoolStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.MaxConns = p.maxConns
+	s.Open = p.open
+	s.Idle = len(p.idle)
+	s.InUse = p.inUse
+	s.Opened = p.opened
+	s.Closed = p.closedN
+	s.ConnectErrors = p.failed
+}
+
+// ready returns a physical connection for a new binding: pc when one was handed over with the
+// permit, otherwise one from the pool; a used connection is first reset with the driver's
+// ResetSession. A connection that fails its reset is destroyed and another taken, so the caller
+// never sees its driver.ErrBadConn. The loop ends because only used connections are reset and
+// there are finitely many of them: a new connection either works or fails to open.
+func (p *pool) ready(ctx context.Context, pc *physConn) (*physConn, error) {
+	for {
+		if pc == nil {
+			var err error
+			if pc, err = p.get(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if pc.reset(ctx) == nil {
+			return pc, nil
+		}
+		p.destroyAsync(pc, nil)
+		pc = nil
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package gated
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+)
+
+// A tx wraps the physical transaction to learn when it ended and whether the physical
+// connection can be reused. The permits are released afterwards, when database/sql returns the
+// virtual connection (IsValid), so Commit's caller gets the result only once they are back.
+type tx struct {
+	cn    *conn
+	inner driver.Tx
+}
+
+var _ driver.Tx = (*tx)(nil)
+
+// Commit commits the physical transaction. When the connection died after the COMMIT was sent
+// and before the server answered, the error wraps [ErrCommitUnknown]: the commit may have been
+// applied.
+func (t *tx) Commit() error {
+	err := t.end(t.inner.Commit())
+	if err != nil && t.cn.pc != nil && commitOutcomeUnknown(err, t.cn.pc) {
+		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+	}
+	return err
+}
+
+// Rollback rolls the physical transaction back.
+func (t *tx) Rollback() error {
+	return t.end(t.inner.Rollback())
+}
+
+func (t *tx) end(err error) error {
+	t.cn.txOpen = false
+	if err != nil && t.cn.pc != nil && t.cn.pc.pg == nil {
+		// Without pgx's exact transaction status there is no telling whether the connection is
+		// still inside the transaction; a new connection is cheaper than finding out.
+		t.cn.pc.broken = true
+	}
+	return err
+}
+
+// commitOutcomeUnknown reports whether a COMMIT that failed with err may still have been applied:
+// the connection is gone, the server did not answer (no SQLSTATE), and the driver did not report
+// driver.ErrBadConn, which promises that nothing was sent.
+func commitOutcomeUnknown(err error, pc *physConn) bool {
+	var state interface{ SQLState() string }
+	return !pc.alive() && !errors.As(err, &state) && !errors.Is(err, driver.ErrBadConn)
+}
