@@ -94,36 +94,65 @@ func (cn *conn) unbind() {
 	}
 }
 
-// run calls op on the bound physical connection. When op reports driver.ErrBadConn on a binding
-// that has no session state yet, the broken connection is replaced and op retried while the
-// permits stay held: returning ErrBadConn would make database/sql retry through the gate while
-// this permit is still held by the connection being destroyed. keepsFresh is true for operations
-// that create no session state a replacement would lose (prepare, ping).
+// run calls op on the bound physical connection. When op fails because the physical connection
+// was already dead (see lostBeforeRun) on a binding that has no session state yet, the dead
+// connection is replaced and op retried while the permits stay held: returning driver.ErrBadConn
+// would make database/sql retry through the gate while this permit is still held by the
+// connection being destroyed. Dead idle connections are finite, so retries end; a connection
+// opened for this operation that fails too ends them after maxPhysicalTries. keepsFresh is true
+// for operations that create no session state a replacement would lose (prepare, ping).
 func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
 	if err := cn.bind(ctx); err != nil {
 		return err
 	}
-	for try := 1; ; try++ {
-		err := op(cn.pc)
-		if err == nil || !errors.Is(err, driver.ErrBadConn) {
+	for newTries := 0; ; {
+		pc := cn.pc
+		err := op(pc)
+		if err == nil || !lostBeforeRun(err, pc) {
 			if !keepsFresh {
 				cn.fresh = false
 			}
 			return err
 		}
-		cn.pc.broken = true
+		pc.broken = true
 		if !cn.fresh {
 			// Session state (a transaction, a pinned connection's settings) died with pc:
 			// database/sql does not retry here, and the caller must see the failure.
 			return err
 		}
-		if try == maxPhysicalTries {
-			return fmt.Errorf("gated: %d physical connections failed: %w", try, hideBadConn(err))
+		if !pc.used {
+			if newTries++; newTries == maxPhysicalTries {
+				return fmt.Errorf("gated: %d new physical connections failed: %w", newTries, hideBadConn(err))
+			}
 		}
 		if err := cn.replace(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// lostBeforeRun reports whether err means the statement did not run because pc was already
+// gone: the driver said so with driver.ErrBadConn, or a connection that had been idle in the
+// pool answered its first statement with the server's termination notice (SQLSTATE 57P01
+// admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now: pg_terminate_backend or a
+// restart while idle) and is closed now. A statement the server aborted that way was rolled back
+// with its implicit transaction, so running it on another connection is safe.
+func lostBeforeRun(err error, pc *physConn) bool {
+	if errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	if !pc.used || pc.alive() {
+		return false
+	}
+	var state interface{ SQLState() string }
+	if !errors.As(err, &state) {
+		return false
+	}
+	switch state.SQLState() {
+	case "57P01", "57P02", "57P03":
+		return true
+	}
+	return false
 }
 
 // replace destroys the broken physical connection and binds another, keeping the permit.

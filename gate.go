@@ -163,7 +163,8 @@ func waitError(err error) error {
 // release gives back one execution permit, with the physical connection the operation used (nil
 // when it was destroyed). The first waiter whose context has not ended gets both directly; waiters
 // whose context ended are skipped, never handed a permit (I5). Without a waiter the permit is
-// returned and the connection goes back to the pool. Never blocks.
+// returned and the connection goes back to the pool. Never blocks, except to close the connection
+// when the pool is already closed.
 func (g *gate) release(pc *physConn) {
 	g.mu.Lock()
 	for w := g.head; w != nil; w = g.head {
@@ -184,12 +185,13 @@ func (g *gate) release(pc *physConn) {
 		panic("gated: execution permit released more often than acquired")
 	}
 	g.running--
-	if pc != nil {
-		// Still under g.mu, so that the permit and its connection become available together: an
-		// acquirer that gets this permit finds the connection idle and never waits in the pool.
-		g.pool.put(pc)
-	}
+	// Still under g.mu, so that the permit and its connection become available together: an
+	// acquirer that gets this permit finds the connection idle and never waits in the pool.
+	closed := pc != nil && !g.pool.put(pc)
 	g.mu.Unlock()
+	if closed {
+		g.pool.destroy(pc)
+	}
 }
 
 // close makes every later acquire fail with ErrClosed and wakes the waiters with that error.

@@ -97,19 +97,18 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	return newPhysConn(dc), nil
 }
 
-// put makes a healthy connection idle. It runs under the releasing gate's lock, so it must not
-// block: when the pool is already closed the connection is closed in the background.
-func (p *pool) put(pc *physConn) {
+// put makes a healthy connection idle and reports true, or reports false when the pool is closed:
+// the caller must then destroy pc. It runs under the releasing gate's lock, so it must not block.
+func (p *pool) put(pc *physConn) bool {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
-		p.destroyAsync(pc, nil)
-		return
+		return false
 	}
 	pc.idleSince = time.Now()
 	p.idle = append(p.idle, pc)
 	p.inUse--
-	p.mu.Unlock()
+	return true
 }
 
 // destroy closes a connection taken out of the pool, waits for the driver's cleanup, and only
@@ -124,9 +123,23 @@ func (p *pool) destroy(pc *physConn) {
 }
 
 // destroyAsync destroys pc in the background and then calls done (when not nil): the permit an
-// operation held for pc is released there, after the server-side work has ended.
+// operation held for pc is released there, after the server-side work has ended. Once the pool
+// is closed it destroys pc in the calling goroutine instead, so that close, which waits for the
+// background destroys, never races with a new one.
 func (p *pool) destroyAsync(pc *physConn, done func()) {
-	p.bg.Add(1)
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.bg.Add(1)
+	}
+	p.mu.Unlock()
+	if closed {
+		p.destroy(pc)
+		if done != nil {
+			done()
+		}
+		return
+	}
 	go func() {
 		defer p.bg.Done()
 		p.destroy(pc)
