@@ -25,8 +25,8 @@ const maxCachedStmts = 64
 type physConn struct {
 	conn      driver.Conn
 	pg        *pgconn.PgConn // set for pgx: exact health, and the end of its asynchronous cleanup
-	createdAt time.Time
-	idleSince time.Time
+	createdAt int64 // pool clock (Unix ns) when opened
+	idleSince int64 // pool clock when last made idle
 	used      bool // served an operation: reset before the next one
 	broken    bool // must be destroyed rather than reused
 
@@ -35,16 +35,16 @@ type physConn struct {
 }
 
 func newPhysConn(dc driver.Conn) *physConn {
-	pc := &physConn{conn: dc, createdAt: time.Now()}
+	pc := &physConn{conn: dc}
 	if sc, ok := dc.(*stdlib.Conn); ok {
 		pc.pg = sc.Conn().PgConn()
 	}
 	return pc
 }
 
-func (pc *physConn) expired(now time.Time, lifetime, idleTime time.Duration) bool {
-	return (lifetime > 0 && now.Sub(pc.createdAt) >= lifetime) ||
-		(idleTime > 0 && now.Sub(pc.idleSince) >= idleTime)
+func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
+	return (lifetime > 0 && time.Duration(now-pc.createdAt) >= lifetime) ||
+		(idleTime > 0 && time.Duration(now-pc.idleSince) >= idleTime)
 }
 
 // reusable reports whether pc may serve another operation: open, not in a transaction, not busy.

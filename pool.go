@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,9 +36,18 @@ type pool struct {
 	closedN int64
 	failed  int64 // connection attempts that failed
 
+	// clock is a coarse time (Unix ns) for lifetimes, advanced by the reaper at least every
+	// maxReapInterval: reading the real clock twice per operation costs more than the rest of the
+	// pool's work, and lifetimes of minutes do not need nanoseconds.
+	clock atomic.Int64
+
 	stop chan struct{}  // closed by close: stops the reaper
 	bg   sync.WaitGroup // reaper and background destroys
 }
+
+// maxReapInterval bounds how late an expired idle connection is closed, and the pool clock's
+// error.
+const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, maxConns int, lifetime, idleTime time.Duration) *pool {
 	return &pool{connector: c, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
@@ -58,7 +68,7 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 			p.idle = p.idle[:n-1]
 			p.inUse++
 			p.mu.Unlock()
-			if pc.expired(time.Now(), p.lifetime, p.idleTime) {
+			if pc.expired(p.clock.Load(), p.lifetime, p.idleTime) {
 				p.destroy(pc)
 				continue
 			}
@@ -94,7 +104,9 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	}
 	p.opened++
 	p.inUse++
-	return newPhysConn(dc), nil
+	pc := newPhysConn(dc)
+	pc.createdAt = p.clock.Load()
+	return pc, nil
 }
 
 // put makes a healthy connection idle and reports true, or reports false when the pool is closed:
@@ -105,7 +117,7 @@ func (p *pool) put(pc *physConn) bool {
 	if p.closed {
 		return false
 	}
-	pc.idleSince = time.Now()
+	pc.idleSince = p.clock.Load()
 	p.idle = append(p.idle, pc)
 	p.inUse--
 	return true
@@ -188,7 +200,8 @@ func (p *pool) startReaperLocked() {
 	if p.lifetime > 0 && (interval <= 0 || p.lifetime < interval) {
 		interval = p.lifetime
 	}
-	interval = max(interval/2, 10*time.Millisecond)
+	interval = min(max(interval/4, time.Millisecond), maxReapInterval)
+	p.clock.Store(time.Now().UnixNano())
 	p.bg.Add(1)
 	go p.reap(interval)
 }
@@ -202,7 +215,8 @@ func (p *pool) reap(interval time.Duration) {
 		case <-p.stop:
 			return
 		case now := <-t.C:
-			for _, pc := range p.takeExpired(now) {
+			p.clock.Store(now.UnixNano())
+			for _, pc := range p.takeExpired(now.UnixNano()) {
 				p.destroy(pc)
 			}
 		}
@@ -210,7 +224,7 @@ func (p *pool) reap(interval time.Duration) {
 }
 
 // takeExpired removes the expired idle connections and counts them as in use until destroyed.
-func (p *pool) takeExpired(now time.Time) []*physConn {
+func (p *pool) takeExpired(now int64) []*physConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var expired []*physConn
