@@ -25,10 +25,10 @@ const maxCachedStmts = 64
 type physConn struct {
 	conn      driver.Conn
 	pg        *pgconn.PgConn // set for pgx: exact health, and the end of its asynchronous cleanup
-	createdAt int64 // pool clock (Unix ns) when opened
-	idleSince int64 // pool clock when last made idle
-	used      bool // served an operation: reset before the next one
-	broken    bool // must be destroyed rather than reused
+	createdAt int64          // pool clock (Unix ns) when opened
+	idleSince int64          // pool clock when last made idle
+	used      bool           // served an operation: reset before the next one
+	broken    bool           // must be destroyed rather than reused
 
 	stmts     map[string]driver.Stmt // prepared statements by query text
 	stmtOrder []string               // insertion order, for eviction
