@@ -293,8 +293,8 @@ func TestHealthyConnectionIsHandedToTheNextWaiter(t *testing.T) {
 	}
 	wg.Wait()
 	quiet(t, c)
-	if fs := fd.Stats(); fs.Opened != 1 {
-		t.Errorf("opened %d physical connections for B=1, want 1", fs.Opened)
+	if fs := fd.Stats(); fs.Opened != 1 || fs.MaxOpen != 1 {
+		t.Errorf("opened %d physical connections (at most %d at once) for P=1, want 1", fs.Opened, fs.MaxOpen)
 	}
 	if s := c.Stats(); s.Admitted != 16*20 {
 		t.Errorf("Admitted = %d, want %d", s.Admitted, 16*20)
@@ -452,4 +452,43 @@ func TestBindAndUnbindDoNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("bind+unbind allocates %v times", allocs)
 	}
+}
+
+func TestRowsKeepTheDriversOptionalInterfaces(t *testing.T) {
+	db, c, _ := openFake(t, "gate_max_conns=1")
+	rows, err := db.Query("SELECT 1; SELECT 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, err := rows.ColumnTypes()
+	if err != nil || len(types) != 1 || types[0].DatabaseTypeName() == "" {
+		t.Fatalf("column types through gated: %v, %v", types, err)
+	}
+	if s := c.Stats(); s.Running != 1 {
+		t.Errorf("open rows must hold the permit: Running = %d", s.Running)
+	}
+	var got []int
+	for {
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, v)
+		}
+		if !rows.NextResultSet() {
+			break
+		}
+	}
+	// database/sql closed the rows when the last result set ended, and with them the binding.
+	if s := c.Stats(); s.Running != 0 {
+		t.Errorf("rows read to the end still hold the permit: Running = %d", s.Running)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Errorf("result sets through gated: %v, want [1 2]", got)
+	}
+	quiet(t, c)
 }
