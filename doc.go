@@ -27,7 +27,8 @@
 //	}
 //
 // [Open] does the same and also sets database/sql's pool so it cannot undo the gate; with
-// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more.
+// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more;
+// [CheckDB] reports a *sql.DB whose settings undo the gate.
 //
 // # How it works
 //

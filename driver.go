@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 )
 
 // DriverName is the name gated registers with database/sql.
@@ -79,4 +80,24 @@ func FromDB(db *sql.DB) (*Connector, bool) {
 		return nil, false
 	}
 	return d.c, true
+}
+
+// CheckDB reports an error when db's own pool settings undo its gate: with SetMaxOpenConns(n),
+// 0 < n < B+Q, callers wait in database/sql, unbounded and before the gate, once n operations
+// are inside it. It also reports a db that has already made callers wait (DBStats.WaitCount > 0),
+// and a db that was not opened with gated. Call it at startup or in a health check; it does no I/O.
+func CheckDB(db *sql.DB) error {
+	c, ok := FromDB(db)
+	if !ok {
+		return errors.New("gated: CheckDB: the *sql.DB was not opened with the gated driver")
+	}
+	s := db.Stats()
+	if limit := c.cfg.Concurrent + c.cfg.Queue; s.MaxOpenConnections > 0 && s.MaxOpenConnections < limit {
+		return fmt.Errorf("gated: SetMaxOpenConns(%d) is below B+Q = %d: callers queue in database/sql before the gate; use 0 or at least %d",
+			s.MaxOpenConnections, limit, limit)
+	}
+	if s.WaitCount > 0 {
+		return fmt.Errorf("gated: %d callers waited in database/sql's pool for %v: raise or remove SetMaxOpenConns", s.WaitCount, s.WaitDuration)
+	}
+	return nil
 }

@@ -220,3 +220,30 @@ func storeMax(m *atomic.Int64, v int64) {
 		}
 	}
 }
+
+func TestCheckDBReportsAPoolThatUndoesTheGate(t *testing.T) {
+	db, err := Open("gate_driver=pgx gate_max_conns=4 gate_concurrent=4 gate_queue=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := CheckDB(db); err != nil {
+		t.Fatalf("gated.Open's DB: %v", err)
+	}
+	db.SetMaxOpenConns(8)
+	if err := CheckDB(db); err != nil {
+		t.Fatalf("MaxOpenConns = B+Q: %v", err)
+	}
+	db.SetMaxOpenConns(7)
+	if err := CheckDB(db); err == nil || !strings.Contains(err.Error(), "SetMaxOpenConns(7)") {
+		t.Fatalf("MaxOpenConns below B+Q: %v", err)
+	}
+	plain, err := sql.Open("pgx", "postgres://localhost/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := CheckDB(plain); err == nil {
+		t.Fatal("CheckDB accepted a *sql.DB without gated")
+	}
+}
