@@ -55,6 +55,12 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		// Admitted at once although the caller has given up: a reset under this context would
+		// fail and condemn a healthy connection.
+		g.release(pc)
+		return err
+	}
 	pc, err = cn.c.pool.ready(ctx, pc)
 	if err != nil {
 		g.release(nil)

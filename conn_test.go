@@ -352,21 +352,41 @@ func TestConnectFailureReleasesThePermit(t *testing.T) {
 	}
 }
 
-func TestFailedCommitDiscardsTheConnection(t *testing.T) {
-	db, c, fd := openFake(t, "gate_max_conns=1")
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestFailedCommitIsRolledBackOrDiscarded(t *testing.T) {
 	boom := errors.New("commit failed")
-	fd.FailNextCommit(boom)
-	if err := tx.Commit(); !errors.Is(err, boom) {
-		t.Fatalf("Commit: %v", err)
-	}
-	quiet(t, c)
-	if fs := fd.Stats(); fs.Closed != 1 {
-		t.Errorf("connection after a failed commit was kept: %+v", fs)
-	}
+	t.Run("rolled back and kept", func(t *testing.T) {
+		db, c, fd := openFake(t, "gate_max_conns=1 gate_concurrent=1 gate_queue=0")
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd.FailNextCommit(boom)
+		if err := tx.Commit(); !errors.Is(err, boom) {
+			t.Fatalf("Commit: %v", err)
+		}
+		if s := c.Stats(); s.Running != 0 {
+			t.Errorf("Commit returned before its permit was back: Running = %d", s.Running)
+		}
+		if fs := fd.Stats(); fs.Execs != 1 || fs.Closed != 0 {
+			t.Errorf("want one ROLLBACK and the connection kept: %+v", fs)
+		}
+	})
+	t.Run("discarded when the rollback fails", func(t *testing.T) {
+		db, c, fd := openFake(t, "gate_max_conns=1")
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd.FailNextCommit(boom)
+		fd.BreakNextOp() // the ROLLBACK after the failed commit
+		if err := tx.Commit(); !errors.Is(err, boom) {
+			t.Fatalf("Commit: %v", err)
+		}
+		quiet(t, c)
+		if fs := fd.Stats(); fs.Closed != 1 {
+			t.Errorf("connection whose rollback failed was kept: %+v", fs)
+		}
+	})
 }
 
 func TestIdleConnectionsExpire(t *testing.T) {

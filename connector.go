@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
 )
 
 // A Connector is a gate and the physical connection pool behind it. It implements
@@ -65,6 +66,15 @@ func innerConnector(name, dsn string) (driver.Connector, error) {
 			return &pgconn.CancelRequestContextWatcherHandler{Conn: pg, DeadlineDelay: cancelDeadlineDelay}
 		}
 		return stdlib.GetConnector(*cfg), nil
+	}
+	if name == "postgres" {
+		// lib/pq, with connections that close only once the server is done (see drainingConn).
+		pc, err := pq.NewConnector(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("gated: inner driver %q: %w", name, err)
+		}
+		pc.Dialer(drainingDialer{})
+		return pc, nil
 	}
 	if !slices.Contains(sql.Drivers(), name) {
 		return nil, &DSNError{Key: "gate_driver", Err: fmt.Errorf("driver %q is not registered with database/sql (forgotten import?)", name)}

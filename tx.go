@@ -1,9 +1,11 @@
 package gated
 
 import (
+	"context"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // A tx wraps the physical transaction to learn when it ended and whether the physical
@@ -34,9 +36,7 @@ func (t *tx) Rollback() error {
 
 func (t *tx) end(err error) error {
 	t.cn.txOpen = false
-	if err != nil && t.cn.pc != nil && t.cn.pc.pg == nil {
-		// Without pgx's exact transaction status there is no telling whether the connection is
-		// still inside the transaction; a new connection is cheaper than finding out.
+	if err != nil && t.cn.pc != nil && t.cn.pc.pg == nil && !t.cn.pc.endTx() {
 		t.cn.pc.broken = true
 	}
 	return err
@@ -48,4 +48,24 @@ func (t *tx) end(err error) error {
 func commitOutcomeUnknown(err error, pc *physConn) bool {
 	var state interface{ SQLState() string }
 	return !pc.alive() && !errors.As(err, &state) && !errors.Is(err, driver.ErrBadConn)
+}
+
+// endTxTimeout bounds the ROLLBACK that endTx sends.
+const endTxTimeout = 5 * time.Second
+
+// endTx is called after a COMMIT or ROLLBACK failed on a driver that does not report its
+// transaction status (everything but pgx). It ends whatever transaction may still be open and
+// reports whether the connection is now known to be outside one: the driver still reports it
+// valid (driver.Validator) and answers ROLLBACK without error, which PostgreSQL does outside a
+// transaction too (with a warning). The round trip, on this rare path, lets the connection be
+// reused and so its permit come back before Commit returns; a destroyed connection would give it
+// back only later, in the background, and a caller retrying at once would find it taken.
+func (pc *physConn) endTx() bool {
+	if v, ok := pc.conn.(driver.Validator); !ok || !v.IsValid() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endTxTimeout)
+	defer cancel()
+	_, err := pc.exec(ctx, "ROLLBACK", nil)
+	return err == nil
 }
