@@ -34,8 +34,8 @@ var _ driver.Connector = (*Connector)(nil)
 
 // NewConnector validates cfg (see [Config] for the defaults of zero fields) and returns a
 // Connector for it. It does no I/O: the first physical connection opens with the first operation.
-// The inner driver must be registered with database/sql (import it), except "pgx", which gated
-// imports. Errors are *[DSNError] naming the key at fault, or the inner driver's DSN error.
+// The inner driver must be registered with database/sql (import it), except "pgx" and "postgres"
+// (lib/pq), which gated imports. Errors are *[DSNError] naming the key at fault, or the inner driver's DSN error.
 func NewConnector(cfg *Config) (*Connector, error) {
 	c := &Connector{cfg: *cfg.Clone()}
 	if err := c.cfg.normalize(); err != nil {

@@ -18,7 +18,7 @@ import (
 // becomes MaxConns.
 type Config struct {
 	// Driver is the inner database/sql driver name (gate_driver): "pgx" (default), "postgres"
-	// (lib/pq, imported by the caller) or any registered driver.
+	// (lib/pq) or any registered driver.
 	Driver string
 	// DSN is the inner driver's data source name, without any gate_ key.
 	DSN string
