@@ -7,12 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 )
 
@@ -52,21 +47,13 @@ func NewConnector(cfg *Config) (*Connector, error) {
 }
 
 // innerConnector returns the driver.Connector of the inner driver for dsn.
+//
+// pgx keeps its default handling of an ended context: it closes the connection in the background,
+// sending a cancel request and then reading until the backend hangs up, and gated releases the
+// permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request on a
+// connection that stays in use, is racy: the request can arrive late and cancel the connection's
+// next statement, and pgx pads every cancelled call with 100 ms to make that less likely.
 func innerConnector(name, dsn string) (driver.Connector, error) {
-	if name == "pgx" {
-		cfg, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			// pgx redacts the password in its parse errors.
-			return nil, fmt.Errorf("gated: inner pgx DSN: %w", err)
-		}
-		// When a context ends during a query, ask the server to cancel it instead of only
-		// dropping the socket (pgx's default): the backend stops working, and the connection
-		// usually survives, so the permit comes back as soon as the server is done.
-		cfg.BuildContextWatcherHandler = func(pg *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.CancelRequestContextWatcherHandler{Conn: pg, DeadlineDelay: cancelDeadlineDelay}
-		}
-		return stdlib.GetConnector(*cfg), nil
-	}
 	if name == "postgres" {
 		// lib/pq, with connections that close only once the server is done (see drainingConn).
 		pc, err := pq.NewConnector(dsn)
@@ -94,10 +81,6 @@ func innerConnector(name, dsn string) (driver.Connector, error) {
 	}
 	return dsnConnector{dsn: dsn, d: d}, nil
 }
-
-// cancelDeadlineDelay is how long pgx waits for the server to act on a cancel request before it
-// gives up on the connection and closes it.
-const cancelDeadlineDelay = 5 * time.Second
 
 // dsnConnector adapts a driver without driver.DriverContext, as database/sql does.
 type dsnConnector struct {
