@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatedsql/gated/internal/pgtest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestRunWritesParsableOutputs runs both sections for a few seconds against the test server and
+// checks that the four outputs exist and parse, and that every contender did work.
+func TestRunWritesParsableOutputs(t *testing.T) {
+	url := pgtest.URL(t)
+	cfg, _, err := parseFlags([]string{
+		"-P", "2", "-goroutines", "1,4", "-rounds", "1", "-cell", "100ms", "-warmup", "50ms",
+		"-loads", "1,3", "-duration", "300ms", "-capacity", "300ms", "-unloaded", "0.25",
+		"-sleep", "2ms", "-queries", "sleep", "-out", t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.URL = url
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var log strings.Builder
+	res, err := run(ctx, cfg, &log)
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, log.String())
+	}
+	if err := writeOutputs(res, cfg.Out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "overhead select1 g=4 round 1/1") {
+		t.Errorf("no progress line for a cell; progress:\n%s", log.String())
+	}
+
+	for _, s := range res.Overhead {
+		if s.OpsPerSec.Median <= 0 || s.Errors != 0 {
+			t.Errorf("overhead %s g=%d %s: %.0f ops/s, %d errors", s.Workload, s.Goroutines, s.Contender, s.OpsPerSec.Median, s.Errors)
+		}
+	}
+	if got, want := len(res.Overhead), 2*2*3; got != want {
+		t.Errorf("%d overhead summaries, want %d", got, want)
+	}
+	if len(res.Overload) != 1 || len(res.Overload[0].Rows) != 4 {
+		t.Fatalf("overload: want 1 query with 4 rows, got %+v", res.Overload)
+	}
+	q := res.Overload[0]
+	if q.Capacity <= 0 {
+		t.Errorf("capacity %.0f", q.Capacity)
+	}
+	for _, r := range append(q.Unloaded, q.Rows...) {
+		if r.Success == 0 {
+			t.Errorf("overload %g× %s: no success", r.Load, r.Contender)
+		}
+		if r.Contender == gatedName && r.Other != 0 {
+			t.Errorf("overload %g× gated: %d unexpected errors, the first: %s", r.Load, r.Other, r.FirstOther)
+		}
+		if r.Contender == gatedName && r.Peaks.Waiting > cfg.Q {
+			t.Errorf("overload %g× gated: %d waiting > Q = %d", r.Load, r.Peaks.Waiting, cfg.Q)
+		}
+	}
+
+	md, err := os.ReadFile(filepath.Join(cfg.Out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Targets", "## Overhead", "## Overload", "](overhead.png)", "](overload.png)", cfg.Command} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q", want)
+		}
+	}
+	checkCSV(t, filepath.Join(cfg.Out, "results.csv"))
+	for _, name := range []string{"overhead.png", "overload.png"} {
+		checkPNG(t, filepath.Join(cfg.Out, name))
+	}
+}
+
+// checkCSV checks that path is a CSV file with the expected header whose numeric columns parse,
+// and that it has lines of every section.
+func checkCSV(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(recs) < 2 || strings.Join(recs[0], ",") != strings.Join(csvHeader, ",") {
+		t.Fatalf("%s: header %q, %d lines", path, recs[0], len(recs))
+	}
+	sections := map[string]int{}
+	for _, r := range recs[1:] {
+		sections[r[0]]++
+		for _, v := range r[6:] {
+			if v == "" {
+				continue
+			}
+			if _, err := strconv.ParseFloat(v, 64); err != nil {
+				t.Errorf("%s: line %q: %v", path, r, err)
+			}
+		}
+	}
+	for _, s := range []string{"overhead", "overload", "target"} {
+		if sections[s] == 0 {
+			t.Errorf("%s: no %s lines", path, s)
+		}
+	}
+}
+
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 300 {
+		t.Errorf("%s: %v is too small", path, b)
+	}
+}
+
+// TestHistogramQuantiles checks that quantiles land within the histogram's precision.
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	for i := 1; i <= 10000; i++ {
+		h.record(time.Duration(i) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 5 * time.Millisecond}, {0.99, 9900 * time.Microsecond}, {1, 10 * time.Millisecond}} {
+		got := h.quantile(tc.q)
+		if d := float64(got-tc.want) / float64(tc.want); d < -1.0/histSub || d > 1.0/histSub {
+			t.Errorf("quantile(%g) = %v, want %v ± %.1f %%", tc.q, got, tc.want, 100.0/histSub)
+		}
+	}
+	var empty histogram
+	if got := empty.quantile(0.99); got != 0 {
+		t.Errorf("empty quantile = %v, want 0", got)
+	}
+	for _, v := range []uint64{0, 1, 63, 64, 65, 127, 128, 1000, 1 << 30, 1<<40 - 1} {
+		if i := histIndex(v); i < 0 || i >= histBuckets {
+			t.Errorf("histIndex(%d) = %d out of range", v, i)
+		}
+	}
+}
+
+// TestWithParams checks that parameters are added in the DSN's own form.
+func TestWithParams(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u@h:5432/db?sslmode=disable", "postgres://u@h:5432/db?application_name=x&gate_queue=3&sslmode=disable"},
+		{"host=h user=u", "host=h user=u application_name=x gate_queue=3"},
+	} {
+		got, err := withParams(tc.in, "application_name", "x", "gate_queue", "3")
+		if err != nil || got != tc.want {
+			t.Errorf("withParams(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
