@@ -58,24 +58,24 @@ func innerConnector(name, dsn string) (driver.Connector, error) {
 		// lib/pq, with connections that close only once the server is done (see drainingConn).
 		pc, err := pq.NewConnector(dsn)
 		if err != nil {
-			return nil, fmt.Errorf("gated: inner driver %q: %w", name, err)
+			return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
 		}
 		pc.Dialer(drainingDialer{})
 		return pc, nil
 	}
 	if !slices.Contains(sql.Drivers(), name) {
-		return nil, &DSNError{Key: "gate_driver", Err: fmt.Errorf("driver %q is not registered with database/sql (forgotten import?)", name)}
+		return nil, &DSNError{Key: "gate_driver", Err: fmt.Errorf("driver %s is not registered with database/sql (forgotten import?)", shownValue(name))}
 	}
 	db, err := sql.Open(name, dsn) // only to reach the registered driver.Driver; opens nothing
 	if err != nil {
-		return nil, fmt.Errorf("gated: inner driver %q: %w", name, err)
+		return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
 	}
 	d := db.Driver()
 	db.Close()
 	if dc, ok := d.(driver.DriverContext); ok {
 		ic, err := dc.OpenConnector(dsn)
 		if err != nil {
-			return nil, fmt.Errorf("gated: inner driver %q: %w", name, err)
+			return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
 		}
 		return ic, nil
 	}

@@ -216,10 +216,10 @@ func parseCount(value string, least int) (int, error) {
 		if errors.As(err, &ne) {
 			err = ne.Err
 		}
-		return 0, fmt.Errorf("invalid value %q: want an integer >= %d: %w", value, least, err)
+		return 0, fmt.Errorf("invalid value %s: want an integer >= %d: %w", shownValue(value), least, err)
 	}
 	if n < least {
-		return 0, fmt.Errorf("invalid value %q: want an integer >= %d", value, least)
+		return 0, fmt.Errorf("invalid value %s: want an integer >= %d", shownValue(value), least)
 	}
 	return n, nil
 }
@@ -227,10 +227,10 @@ func parseCount(value string, least int) (int, error) {
 func parseDuration(value string) (time.Duration, error) {
 	d, err := time.ParseDuration(value)
 	if err != nil {
-		return 0, fmt.Errorf("invalid value %q: want a Go duration such as 250ms or 2m", value)
+		return 0, fmt.Errorf("invalid value %s: want a Go duration such as 250ms or 2m", shownValue(value))
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("invalid value %q: want a duration >= 0", value)
+		return 0, fmt.Errorf("invalid value %s: want a duration >= 0", shownValue(value))
 	}
 	return d, nil
 }
@@ -626,4 +626,14 @@ func skipSpace(s string, i int) int {
 		i++
 	}
 	return i
+}
+
+// shownValue quotes a gate_ value for an error message, unless it may hold another key's value: in
+// keyword/value form "gate_queue= password=secret" gives gate_queue the value "password=secret",
+// as libpq reads it, and an error must not repeat that.
+func shownValue(v string) string {
+	if strings.ContainsAny(v, "= \t\n\r\\'") {
+		return "(not shown: it contains '=', a quote, a backslash or a space; is a value missing?)"
+	}
+	return strconv.Quote(v)
 }

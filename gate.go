@@ -67,6 +67,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	g.mu.Lock()
 	switch {
 	case g.closed:
+		g.canceled++
 		g.mu.Unlock()
 		return nil, ErrClosed
 	case g.running+g.waiting >= g.concurrent+g.queue:
@@ -202,6 +203,7 @@ func (g *gate) close() {
 	for w := g.head; w != nil; w = g.head {
 		g.removeLocked(w)
 		w.removed, w.err = true, ErrClosed
+		g.canceled++
 		w.ready <- struct{}{}
 	}
 }

@@ -35,8 +35,15 @@ func (d drainingDialer) DialContext(ctx context.Context, network, address string
 	if err != nil {
 		return nil, err
 	}
-	return &drainingConn{Conn: c}, nil
+	dc := &drainingConn{Conn: c}
+	if slot, ok := ctx.Value(netConnSlot{}).(*net.Conn); ok {
+		*slot = dc // lets the pool check the idle socket (peerGone)
+	}
+	return dc, nil
 }
+
+// netConnSlot is the context key under which pool.dial asks a dialer for the socket it made.
+type netConnSlot struct{}
 
 // A drainingConn's Close half-closes the connection and reads until the server closes its end.
 type drainingConn struct {

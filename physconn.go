@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,6 +26,7 @@ const maxCachedStmts = 64
 type physConn struct {
 	conn      driver.Conn
 	pg        *pgconn.PgConn // set for pgx: exact health, and the end of its asynchronous cleanup
+	sock      *sockCheck     // the socket, when known (pgx, lib/pq): checked before reuse
 	createdAt int64          // pool clock (Unix ns) when opened
 	idleSince int64          // pool clock when last made idle
 	used      bool           // served an operation: reset before the next one
@@ -34,10 +36,14 @@ type physConn struct {
 	stmtOrder []string               // insertion order, for eviction
 }
 
-func newPhysConn(dc driver.Conn) *physConn {
+func newPhysConn(dc driver.Conn, nc net.Conn) *physConn {
 	pc := &physConn{conn: dc}
 	if sc, ok := dc.(*stdlib.Conn); ok {
 		pc.pg = sc.Conn().PgConn()
+		nc = pc.pg.Conn()
+	}
+	if nc != nil {
+		pc.sock = newSockCheck(nc)
 	}
 	return pc
 }
@@ -67,10 +73,14 @@ func (pc *physConn) alive() bool {
 	return true
 }
 
-// reset runs the driver's ResetSession before a used connection serves a new operation.
+// reset prepares a used connection for a new operation: the socket must be quiet (peerGone),
+// then the driver's ResetSession runs.
 func (pc *physConn) reset(ctx context.Context) error {
 	if !pc.used {
 		return nil
+	}
+	if pc.sock.peerGone() {
+		return driver.ErrBadConn
 	}
 	if r, ok := pc.conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)

@@ -3,6 +3,7 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,7 +95,8 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 }
 
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
-	dc, err := p.connector.Connect(ctx)
+	var nc net.Conn
+	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &nc))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -104,7 +106,7 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	}
 	p.opened++
 	p.inUse++
-	pc := newPhysConn(dc)
+	pc := newPhysConn(dc, nc)
 	pc.createdAt = p.clock.Load()
 	return pc, nil
 }

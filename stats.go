@@ -15,7 +15,7 @@ type Stats struct {
 	Admitted        int64         // operations that got an execution permit
 	RejectedFull    int64         // refused at once with ErrAdmissionFull
 	RejectedTimeout int64         // refused with ErrAdmissionTimeout after gate_queue_wait (or at once when it is 0)
-	Canceled        int64         // whose context ended while they waited
+	Canceled        int64         // whose context ended while they waited, or that the Connector's Close ended
 	WaitDuration    time.Duration // total time admitted operations waited for their execution permit
 
 	Pool PoolStats

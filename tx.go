@@ -22,8 +22,10 @@ var _ driver.Tx = (*tx)(nil)
 // and before the server answered, the error wraps [ErrCommitUnknown]: the commit may have been
 // applied.
 func (t *tx) Commit() error {
+	pc := t.cn.pc
+	sent := pc != nil && pc.alive() // a connection already dead cannot have sent the COMMIT
 	err := t.end(t.inner.Commit())
-	if err != nil && t.cn.pc != nil && commitOutcomeUnknown(err, t.cn.pc) {
+	if err != nil && sent && commitOutcomeUnknown(err, pc) {
 		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 	}
 	return err
@@ -43,11 +45,13 @@ func (t *tx) end(err error) error {
 }
 
 // commitOutcomeUnknown reports whether a COMMIT that failed with err may still have been applied:
-// the connection is gone, the server did not answer (no SQLSTATE), and the driver did not report
-// driver.ErrBadConn, which promises that nothing was sent.
+// the connection is gone, the server did not answer (no SQLSTATE), and the driver did not say
+// that nothing was sent (driver.ErrBadConn, or pgconn's SafeToRetry).
 func commitOutcomeUnknown(err error, pc *physConn) bool {
 	var state interface{ SQLState() string }
-	return !pc.alive() && !errors.As(err, &state) && !errors.Is(err, driver.ErrBadConn)
+	var safe interface{ SafeToRetry() bool }
+	return !pc.alive() && !errors.As(err, &state) && !errors.Is(err, driver.ErrBadConn) &&
+		!(errors.As(err, &safe) && safe.SafeToRetry())
 }
 
 // endTxTimeout bounds the ROLLBACK that endTx sends.

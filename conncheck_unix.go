@@ -1,0 +1,59 @@
+//go:build unix
+
+package gated
+
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+// A sockCheck looks at an idle connection's socket before the connection is reused. An idle
+// PostgreSQL backend sends nothing unless it is terminating (pg_terminate_backend, a shutdown),
+// except NOTIFY and parameter changes, rare on pooled connections. If anything is there to read,
+// or the peer has gone, the connection is replaced before the next statement is sent, instead of
+// carrying that statement into a failure whose outcome would be unclear.
+type sockCheck struct {
+	rc   syscall.RawConn
+	fn   func(fd uintptr) bool // s.peek, bound once: a method value per call would allocate
+	gone bool
+	buf  [1]byte
+}
+
+// newSockCheck returns a check for nc's socket, or nil when it cannot be inspected.
+func newSockCheck(nc net.Conn) *sockCheck {
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		nc = t.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	s := &sockCheck{rc: rc}
+	s.fn = s.peek
+	return s
+}
+
+// peerGone reports, without blocking and without consuming anything, whether the socket has
+// something to read or was closed by the peer. It costs one non-blocking recv system call. A nil
+// check reports false.
+func (s *sockCheck) peerGone() bool {
+	if s == nil {
+		return false
+	}
+	s.gone = false
+	if err := s.rc.Read(s.fn); err != nil {
+		return true
+	}
+	return s.gone
+}
+
+func (s *sockCheck) peek(fd uintptr) bool {
+	n, _, err := syscall.Recvfrom(int(fd), s.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	s.gone = n > 0 || err == nil || !errors.Is(err, syscall.EAGAIN)
+	return true
+}
