@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"syscall"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -140,22 +139,19 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 
 // lostBeforeRun reports whether err means the statement did not run because pc was already
 // gone. The driver says so with driver.ErrBadConn. Otherwise a connection that had been idle in
-// the pool, is closed now, and failed its first statement in one of two ways: the server's
-// termination notice (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
-// cannot_connect_now: pg_terminate_backend or a restart while idle), which aborts and rolls back
-// a statement with its implicit transaction; or a reset or broken pipe, which the server's kernel
-// sends when the statement arrives at, or is left unread by, a backend that has exited. Either
-// way running it on another connection is safe. (sockCheck catches most such connections before
-// anything is sent; these cover a termination that lands just after the check.)
+// the pool, is closed now, and answered its first statement with the server's termination notice
+// (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now:
+// pg_terminate_backend or a restart while idle), which aborts and rolls back a statement with its
+// implicit transaction, so running it on another connection is safe. (sockCheck catches most dead
+// connections before anything is sent; this covers a termination that lands just after the
+// check.) A reset or broken pipe is not replayed: a proxy may reset a connection after it
+// forwarded the statement.
 func lostBeforeRun(err error, pc *physConn) bool {
 	if errors.Is(err, driver.ErrBadConn) {
 		return true
 	}
 	if !pc.used || pc.alive() {
 		return false
-	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
 	}
 	var state interface{ SQLState() string }
 	if !errors.As(err, &state) {

@@ -15,7 +15,7 @@ import (
 // carrying that statement into a failure whose outcome would be unclear.
 type sockCheck struct {
 	rc   syscall.RawConn
-	fn   func(fd uintptr) bool // s.peek, bound once: a method value per call would allocate
+	fn   func(fd uintptr) // s.peek, bound once: a method value per call would allocate
 	gone bool
 	buf  [1]byte
 }
@@ -46,14 +46,15 @@ func (s *sockCheck) peerGone() bool {
 		return false
 	}
 	s.gone = false
-	if err := s.rc.Read(s.fn); err != nil {
+	// Control, not Read: Read would wait for the socket's read lock, which a driver's background
+	// reader (pgx has one) may hold while it blocks in a read of its own.
+	if err := s.rc.Control(s.fn); err != nil {
 		return true
 	}
 	return s.gone
 }
 
-func (s *sockCheck) peek(fd uintptr) bool {
+func (s *sockCheck) peek(fd uintptr) {
 	n, _, err := syscall.Recvfrom(int(fd), s.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	s.gone = n > 0 || err == nil || !errors.Is(err, syscall.EAGAIN)
-	return true
 }

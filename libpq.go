@@ -37,7 +37,7 @@ func (d drainingDialer) DialContext(ctx context.Context, network, address string
 	}
 	dc := &drainingConn{Conn: c}
 	if slot, ok := ctx.Value(netConnSlot{}).(*net.Conn); ok {
-		*slot = dc // lets the pool check the idle socket (peerGone)
+		*slot = c // the socket itself, which the pool checks before reuse (sockCheck)
 	}
 	return dc, nil
 }
