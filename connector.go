@@ -42,7 +42,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c.drv.c = c
 	c.pool = newPool(inner, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
-	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.pool)
+	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.cfg.QueueOrder == QueueAdaptive, c.pool)
 	return c, nil
 }
 

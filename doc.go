@@ -48,7 +48,8 @@
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
-// gate_max_conn_lifetime and gate_max_conn_idle_time. [Config] documents each with its default.
+// gate_max_conn_lifetime, gate_max_conn_idle_time and gate_queue_order ([QueueFIFO] or
+// [QueueAdaptive]). [Config] documents each with its default.
 //
 // # Errors
 //

@@ -38,7 +38,23 @@ type Config struct {
 	// MaxConnIdleTime closes physical connections idle for longer than this
 	// (gate_max_conn_idle_time, default 30m). Zero means no limit.
 	MaxConnIdleTime time.Duration
+	// QueueOrder is how waiters are served (gate_queue_order): QueueFIFO (default, also "") or
+	// QueueAdaptive. See [QueueAdaptive].
+	QueueOrder string
 }
+
+// The values of gate_queue_order ([Config.QueueOrder]).
+const (
+	// QueueFIFO serves waiters in arrival order, each waiting at most gate_queue_wait.
+	QueueFIFO = "fifo"
+	// QueueAdaptive serves in arrival order while the queue keeps emptying. Once it has stayed
+	// non-empty for 100 ms (a standing queue: the gate is overloaded) it serves the newest waiter
+	// first, which still has most of its deadline left, and refuses with ErrAdmissionTimeout the
+	// waiters that have waited more than 5 ms, rather than serving them after their callers gave
+	// up (adaptive LIFO with a CoDel-style bound, as in Facebook's "Fail at Scale"). It matters
+	// when Q is large compared with B; see BENCHMARKS.md.
+	QueueAdaptive = "adaptive"
+)
 
 // Defaults of the DSN keys, as [NewConfig] and [ParseDSN] apply them.
 const (
@@ -60,11 +76,13 @@ const (
 	keyQueueWait       = "gate_queue_wait"
 	keyMaxConnLifetime = "gate_max_conn_lifetime"
 	keyMaxConnIdleTime = "gate_max_conn_idle_time"
+	keyQueueOrder      = "gate_queue_order"
 )
 
 // gateKeys lists the keys in the order FormatDSN writes them.
 var gateKeys = [...]string{
 	keyDriver, keyMaxConns, keyConcurrent, keyQueue, keyQueueWait, keyMaxConnLifetime, keyMaxConnIdleTime,
+	keyQueueOrder,
 }
 
 var (
@@ -117,6 +135,7 @@ func (c *Config) Clone() *Config {
 //     (default 1s; 0 means try once).
 //   - gate_max_conn_lifetime, gate_max_conn_idle_time: Go durations ≥ 0 (defaults 1h and 30m;
 //     0 means no limit).
+//   - gate_queue_order: "fifo" (default) or "adaptive" ([QueueAdaptive]).
 //
 // Two forms of dsn are understood:
 //
@@ -202,6 +221,14 @@ func (c *Config) set(key, value string) error {
 		c.MaxConnLifetime, err = parseDuration(value)
 	case keyMaxConnIdleTime:
 		c.MaxConnIdleTime, err = parseDuration(value)
+	case keyQueueOrder:
+		if value != QueueFIFO && value != QueueAdaptive {
+			return fmt.Errorf("invalid value %s: want %q or %q", shownValue(value), QueueFIFO, QueueAdaptive)
+		}
+		c.QueueOrder = value
+		if value == QueueFIFO {
+			c.QueueOrder = "" // the default, so that Parse → Format → Parse is stable
+		}
 	default:
 		return errUnknownKey
 	}
@@ -266,6 +293,9 @@ func (c *Config) normalize() error {
 	if c.Queue < 0 {
 		return &DSNError{Key: keyQueue, Err: fmt.Errorf("%d is negative", c.Queue)}
 	}
+	if c.QueueOrder != "" && c.QueueOrder != QueueFIFO && c.QueueOrder != QueueAdaptive {
+		return &DSNError{Key: keyQueueOrder, Err: fmt.Errorf("invalid value %s: want %q or %q", shownValue(c.QueueOrder), QueueFIFO, QueueAdaptive)}
+	}
 	for _, d := range [...]struct {
 		key string
 		d   time.Duration
@@ -329,6 +359,9 @@ func (c *Config) FormatDSN() string {
 	}
 	if c.MaxConnIdleTime != defaultMaxConnIdleTime {
 		params = append(params, gateParam{keyMaxConnIdleTime, c.MaxConnIdleTime.String()})
+	}
+	if c.QueueOrder == QueueAdaptive {
+		params = append(params, gateParam{keyQueueOrder, c.QueueOrder})
 	}
 	if len(params) == 0 {
 		return c.DSN

@@ -47,6 +47,9 @@ var validDSNTests = []struct {
 		cfgWith("postgres://db/shop?sslmode=disable", func(c *Config) {
 			c.MaxConns, c.Concurrent, c.Queue = 16, 16, 8
 		})},
+	{"adaptive queue order", "postgres://db/shop?gate_queue_order=adaptive",
+		cfgWith("postgres://db/shop", func(c *Config) { c.QueueOrder = QueueAdaptive })},
+	{"fifo queue order is the default", "host=db gate_queue_order=fifo", cfgWith("host=db", nil)},
 	{"URL only gate keys drops the question mark", "postgres://db/shop?gate_queue=3",
 		cfgWith("postgres://db/shop", func(c *Config) { c.Queue = 3 })},
 	{"URL fragment kept", "postgres://db/shop?a=1&gate_queue=3#frag",
@@ -146,6 +149,7 @@ var malformedDSNTests = []struct {
 	{"negative queue_wait", "password=" + testPassword + " gate_queue_wait=-1s", keyQueueWait},
 	{"negative lifetime", "password=" + testPassword + " gate_max_conn_lifetime=-1h", keyMaxConnLifetime},
 	{"negative idle time", "password=" + testPassword + " gate_max_conn_idle_time=-1m", keyMaxConnIdleTime},
+	{"unknown queue order", "password=" + testPassword + " gate_queue_order=lifo", keyQueueOrder},
 	{"concurrent above max_conns", "password=" + testPassword + " gate_max_conns=4 gate_concurrent=5", keyConcurrent},
 	{"zero max_conns", "password=" + testPassword + " gate_max_conns=0", keyMaxConns},
 	{"zero concurrent", "postgres://app:" + testPassword + "@db/shop?gate_concurrent=0", keyConcurrent},
@@ -297,6 +301,7 @@ func TestNormalizeRejectsInvalidConfigUnchanged(t *testing.T) {
 		{"negative queue_wait", Config{QueueWait: -time.Second}, keyQueueWait},
 		{"negative lifetime", Config{MaxConnLifetime: -1}, keyMaxConnLifetime},
 		{"negative idle time", Config{MaxConnIdleTime: -1}, keyMaxConnIdleTime},
+		{"unknown queue order", Config{QueueOrder: "lifo"}, keyQueueOrder},
 		{"gate key left in keyword/value DSN", Config{DSN: "host=db password=" + testPassword + " gate_queue=2"}, keyQueue},
 		{"gate key left in URL", Config{DSN: "postgres://u:" + testPassword + "@db/shop?gate_concurrent=2"}, keyConcurrent},
 		{"broken gate key left in DSN", Config{DSN: "password=" + testPassword + " gate_queue"}, keyQueue},

@@ -8,6 +8,8 @@ import (
 )
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
+// Waiters are served first in, first out, or with gate_queue_order=adaptive newest first while
+// the queue is standing (see QueueAdaptive).
 //
 // Admission permits are not counted separately: an operation holds one exactly while it runs or
 // waits, so admitted = running + waiting, and the B+Q limit is checked against that sum. One mutex
@@ -17,13 +19,15 @@ type gate struct {
 	concurrent int           // B
 	queue      int           // Q
 	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
+	adaptive   bool          // gate_queue_order=adaptive
 	pool       *pool         // where a released connection goes when no waiter takes it
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
 	running    int     // execution permits held, including by operations whose connection is being destroyed
 	waiting    int     // waiters in the FIFO list
-	head, tail *waiter // FIFO of operations waiting for an execution permit
+	head, tail *waiter   // operations waiting for an execution permit, oldest first
+	standing   time.Time // when the queue last went from empty to non-empty
 	closed     bool
 
 	admitted        int64
@@ -55,8 +59,16 @@ var waiterPool = sync.Pool{New: func() any {
 	return &waiter{ready: make(chan struct{}, 1), timer: t}
 }}
 
-func newGate(concurrent, queue int, queueWait time.Duration, p *pool) *gate {
-	return &gate{concurrent: concurrent, queue: queue, queueWait: queueWait, pool: p}
+// The bounds of gate_queue_order=adaptive (CoDel's interval and target, Facebook's values): a
+// queue that has not emptied for standingQueue is standing, and then waiting longer than
+// overloadWait is refused.
+const (
+	standingQueue = 100 * time.Millisecond
+	overloadWait  = 5 * time.Millisecond
+)
+
+func newGate(concurrent, queue int, queueWait time.Duration, adaptive bool, p *pool) *gate {
+	return &gate{concurrent: concurrent, queue: queue, queueWait: queueWait, adaptive: adaptive, pool: p}
 }
 
 // acquire takes an admission permit and then an execution permit. On success the caller holds an
@@ -168,7 +180,11 @@ func waitError(err error) error {
 // when the pool is already closed.
 func (g *gate) release(pc *physConn) {
 	g.mu.Lock()
+	newestFirst := g.adaptive && g.head != nil && g.shedLocked()
 	for w := g.head; w != nil; w = g.head {
+		if newestFirst {
+			w = g.tail
+		}
 		g.removeLocked(w)
 		if w.ctx.Err() != nil {
 			w.removed = true
@@ -195,6 +211,25 @@ func (g *gate) release(pc *physConn) {
 	}
 }
 
+// shedLocked is gate_queue_order=adaptive's overload rule, checked when a permit is released
+// while operations wait. It reports whether the queue is standing (non-empty for standingQueue),
+// and if so refuses the waiters that have waited more than overloadWait with ErrAdmissionTimeout:
+// under sustained overload they would be served after most of their deadline had gone, while
+// the newest waiters, served first, still have theirs.
+func (g *gate) shedLocked() bool {
+	now := time.Now()
+	if now.Sub(g.standing) < standingQueue {
+		return false
+	}
+	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
+		g.removeLocked(w)
+		w.removed, w.err = true, ErrAdmissionTimeout
+		g.rejectedTimeout++
+		w.ready <- struct{}{}
+	}
+	return true
+}
+
 // close makes every later acquire fail with ErrClosed and wakes the waiters with that error.
 func (g *gate) close() {
 	g.mu.Lock()
@@ -209,6 +244,9 @@ func (g *gate) close() {
 }
 
 func (g *gate) pushLocked(w *waiter) {
+	if g.head == nil {
+		g.standing = w.start
+	}
 	w.prev = g.tail
 	if g.tail != nil {
 		g.tail.next = w

@@ -12,7 +12,7 @@ import (
 
 // newTestGate returns a gate over a pool that never dials: these tests release nil connections.
 func newTestGate(b, q int, wait time.Duration) *gate {
-	return newGate(b, q, wait, newPool(nil, b, 0, 0))
+	return newGate(b, q, wait, false, newPool(nil, b, 0, 0))
 }
 
 func gateStats(g *gate) Stats {
@@ -287,4 +287,68 @@ func TestGateUncontendedAcquireReleaseDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("uncontended acquire+release allocates %v times", allocs)
 	}
+}
+
+func TestGateAdaptiveServesNewestFirstAndShedsStaleWaitersOnceTheQueueStands(t *testing.T) {
+	g := newGate(1, 10, time.Minute, true, newPool(nil, 1, 0, 0))
+	mustAcquire(t, g)
+	old := acquireAsync(t, g, context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	middle := acquireAsync(t, g, ctx)
+	newest := acquireAsync(t, g, context.Background())
+
+	// Make the queue standing and the first waiter stale without sleeping: backdate them, and
+	// make the later two fresh so that this test does not depend on the machine's speed.
+	g.mu.Lock()
+	now := time.Now()
+	g.standing = now.Add(-time.Second)
+	g.head.start = now.Add(-time.Second)
+	for w := g.head.next; w != nil; w = w.next {
+		w.start = now
+	}
+	g.mu.Unlock()
+	g.release(nil)
+
+	if err := <-old; !errors.Is(err, ErrAdmissionTimeout) {
+		t.Fatalf("stale waiter: got %v, want ErrAdmissionTimeout", err)
+	}
+	if err := <-newest; err != nil {
+		t.Fatalf("newest waiter: %v", err)
+	}
+	select {
+	case err := <-middle:
+		t.Fatalf("middle waiter served before the newest one: %v", err)
+	default:
+	}
+	if s := gateStats(g); s.Running != 1 || s.Waiting != 1 || s.RejectedTimeout != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+	cancel()
+	if err := <-middle; !errors.Is(err, context.Canceled) {
+		t.Fatalf("middle waiter: %v", err)
+	}
+	g.release(nil)
+	if s := gateStats(g); s.Running != 0 || s.Waiting != 0 {
+		t.Errorf("after quiet: %+v", s)
+	}
+}
+
+func TestGateAdaptiveStaysFIFOWhileTheQueueEmpties(t *testing.T) {
+	g := newGate(1, 10, time.Minute, true, newPool(nil, 1, 0, 0))
+	mustAcquire(t, g)
+	first := acquireAsync(t, g, context.Background())
+	second := acquireAsync(t, g, context.Background())
+	g.mu.Lock()
+	g.standing = time.Now() // the queue formed just now, however slow this machine is
+	g.mu.Unlock()
+	g.release(nil)
+	if err := <-first; err != nil {
+		t.Fatalf("first waiter: %v", err)
+	}
+	g.release(nil)
+	if err := <-second; err != nil {
+		t.Fatalf("second waiter: %v", err)
+	}
+	g.release(nil)
 }
