@@ -24,8 +24,8 @@ type gate struct {
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	running    int     // execution permits held, including by operations whose connection is being destroyed
-	waiting    int     // waiters in the FIFO list
+	running    int       // execution permits held, including by operations whose connection is being destroyed
+	waiting    int       // waiters in the FIFO list
 	head, tail *waiter   // operations waiting for an execution permit, oldest first
 	standing   time.Time // when the queue last went from empty to non-empty
 	closed     bool
