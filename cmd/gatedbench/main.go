@@ -49,6 +49,7 @@ type config struct {
 	Out string // output directory
 
 	P, B, Q  int           // physical connections, execution permits, extra admission permits
+	Order    string        // gated's gate_queue_order in the overload runs
 	Deadline time.Duration // per-request deadline in the overload runs
 
 	Goroutines []int         // overhead: closed-loop goroutine counts
@@ -120,6 +121,7 @@ func parseFlags(args []string) (config, string, error) {
 	fs.IntVar(&cfg.P, "P", cfg.P, "physical connections: MaxOpenConns of plain, gate_max_conns of gated, pool_max_conns of pgxpool")
 	fs.IntVar(&cfg.B, "B", cfg.B, "gated execution permits (gate_concurrent) in the overload runs; 0 means P (the overhead runs always use B = P)")
 	fs.IntVar(&cfg.Q, "Q", cfg.Q, "gated extra admission permits (gate_queue) in the overload runs; -1 means B (the overhead runs use at least the goroutine count)")
+	fs.StringVar(&cfg.Order, "queue-order", "fifo", "gated's gate_queue_order in the overload runs: fifo or adaptive")
 	fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "per-request deadline in the overload runs (also gated's gate_queue_wait)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "arrivals per overload level and contender")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per overhead cell, contender and round")

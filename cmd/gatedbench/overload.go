@@ -226,7 +226,8 @@ func openOverloadContenders(cfg config) ([]overloadContender, error) {
 	}
 	gatedDSN, err := withParams(cfg.URL, "application_name", gatedApp,
 		"gate_max_conns", strconv.Itoa(cfg.P), "gate_concurrent", strconv.Itoa(cfg.B),
-		"gate_queue", strconv.Itoa(cfg.Q), "gate_queue_wait", cfg.Deadline.String())
+		"gate_queue", strconv.Itoa(cfg.Q), "gate_queue_wait", cfg.Deadline.String(),
+		"gate_queue_order", cfg.Order)
 	if err != nil {
 		return nil, err
 	}

@@ -320,8 +320,8 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 	pf("* Run: %s, took %v.\n", env.Start.UTC().Format("2006-01-02 15:04 UTC"), env.Elapsed.Round(time.Second))
 	pf("* Client: %s, %s/%s, %d CPUs; load average at the start %s.\n", env.GoVersion, env.OS, env.Arch, env.CPUs, env.LoadAvg)
 	pf("* Server: %s (max_connections %d), on the same machine.\n", firstWords(env.Server, 2), env.ServerConn)
-	pf("* Settings: P = %d physical connections; overload gate B = %d, Q = %d, gate_queue_wait = deadline = %v; "+
-		"overhead gate B = P, Q = %d (≥ goroutines: nothing refused).\n", cfg.P, cfg.B, cfg.Q, cfg.Deadline, max(cfg.Q, maxInt(cfg.Goroutines)))
+	pf("* Settings: P = %d physical connections; overload gate B = %d, Q = %d, gate_queue_wait = deadline = %v, gate_queue_order = %s; "+
+		"overhead gate B = P, Q = %d (≥ goroutines: nothing refused).\n", cfg.P, cfg.B, cfg.Q, cfg.Deadline, cfg.Order, max(cfg.Q, maxInt(cfg.Goroutines)))
 	pf("* Overhead: %d interleaved rounds (order rotating), %v measured per contender and cell after %v warm-up; "+
 		"values are the median over rounds (min–max).\n", cfg.Rounds, cfg.Cell, cfg.Warmup)
 	pf("* Overload: capacity measured closed loop with P goroutines on plain for %v; unloaded latency at %g× capacity; "+
