@@ -5,23 +5,32 @@ package gated
 import (
 	"net"
 	"testing"
+	"time"
 )
 
-func TestPeerGoneSeesAServerThatHungUp(t *testing.T) {
+// tcpPair returns both ends of a loopback TCP connection, closed at cleanup.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	server, err := ln.Accept()
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
+}
+
+func TestPeerGoneSeesAServerThatHungUp(t *testing.T) {
+	client, server := tcpPair(t)
 	s := newSockCheck(client)
 	if s.peerGone() {
 		t.Fatal("an idle, open connection reported gone")
@@ -37,4 +46,34 @@ func TestPeerGoneSeesAServerThatHungUp(t *testing.T) {
 	}
 	server.Close()
 	waitFor(t, "hang-up seen", func() bool { return s.peerGone() })
+}
+
+// A driver's background reader (pgx has one) may sit in a read of an idle connection; the check
+// must not wait for it, or a bind on that connection would hang with its permit.
+func TestPeerGoneNeverWaitsForABlockedReader(t *testing.T) {
+	client, server := tcpPair(t)
+	s := newSockCheck(client)
+	if s == nil {
+		t.Skip("no socket check on this platform")
+	}
+	// A reader like pgx's background reader, parked in Read of the idle connection.
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		client.Read(make([]byte, 1))
+	}()
+	checked := make(chan bool, 1)
+	go func() { checked <- s.peerGone() }()
+	select {
+	case gone := <-checked:
+		if gone {
+			t.Error("an open, quiet connection reported gone")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("peerGone waits for the socket's reader: a bind on such a connection hangs with its permit")
+		server.Write([]byte("x")) // releases the reader, and the stuck check with it
+		<-checked
+	}
+	server.Close() // releases the reader
+	<-readerDone
 }
