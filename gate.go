@@ -137,7 +137,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		<-w.ready
 		g.release(pc)
 	case w.err != nil:
-		// Woken by close.
+		// Woken by close, or refused by shedLocked; counted there.
 		err = w.err
 		g.mu.Unlock()
 		<-w.ready
@@ -174,8 +174,9 @@ func waitError(err error) error {
 }
 
 // release gives back one execution permit, with the physical connection the operation used (nil
-// when it was destroyed). The first waiter whose context has not ended gets both directly; waiters
-// whose context ended are skipped, never handed a permit (I5). Without a waiter the permit is
+// when it was destroyed). The first waiter (with gate_queue_order=adaptive and a standing queue,
+// the newest) whose context has not ended gets both directly; waiters whose context ended are
+// skipped, never handed a permit (I5). Without a waiter the permit is
 // returned and the connection goes back to the pool. Never blocks, except to close the connection
 // when the pool is already closed.
 func (g *gate) release(pc *physConn) {
