@@ -182,16 +182,10 @@ func openOverheadContenders(ctx context.Context, cfg config, table string) ([]co
 	app := func(name string) string { return fmt.Sprintf("gatedbench_%d_%s", os.Getpid(), name) }
 	maxG := slices.Max(cfg.Goroutines)
 
-	plainDSN, err := withParams(cfg.URL, "application_name", app(plainName))
+	plain, err := openPlain(cfg, app(plainName))
 	if err != nil {
 		return nil, err
 	}
-	plain, err := sql.Open("pgx", plainDSN)
-	if err != nil {
-		return nil, err
-	}
-	plain.SetMaxOpenConns(cfg.P)
-	plain.SetMaxIdleConns(cfg.P)
 
 	gatedDSN, err := withParams(cfg.URL, "application_name", app(gatedName),
 		"gate_max_conns", strconv.Itoa(cfg.P), "gate_concurrent", strconv.Itoa(cfg.P),
@@ -391,4 +385,20 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// openPlain opens the plain contender: sql.Open("pgx") with MaxOpenConns = MaxIdleConns = P and
+// application_name app.
+func openPlain(cfg config, app string) (*sql.DB, error) {
+	dsn, err := withParams(cfg.URL, "application_name", app)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(cfg.P)
+	db.SetMaxIdleConns(cfg.P)
+	return db, nil
 }

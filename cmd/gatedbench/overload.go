@@ -220,10 +220,6 @@ func queryOnce(ctx context.Context, db *sql.DB, q querySpec) error {
 func openOverloadContenders(cfg config) ([]overloadContender, error) {
 	plainApp := fmt.Sprintf("gatedbench_%d_ol_%s", os.Getpid(), plainName)
 	gatedApp := fmt.Sprintf("gatedbench_%d_ol_%s", os.Getpid(), gatedName)
-	plainDSN, err := withParams(cfg.URL, "application_name", plainApp)
-	if err != nil {
-		return nil, err
-	}
 	gatedDSN, err := withParams(cfg.URL, "application_name", gatedApp,
 		"gate_max_conns", strconv.Itoa(cfg.P), "gate_concurrent", strconv.Itoa(cfg.B),
 		"gate_queue", strconv.Itoa(cfg.Q), "gate_queue_wait", cfg.Deadline.String(),
@@ -231,12 +227,10 @@ func openOverloadContenders(cfg config) ([]overloadContender, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := sql.Open("pgx", plainDSN)
+	plain, err := openPlain(cfg, plainApp)
 	if err != nil {
 		return nil, err
 	}
-	plain.SetMaxOpenConns(cfg.P)
-	plain.SetMaxIdleConns(cfg.P)
 	gdb, err := gated.Open(gatedDSN)
 	if err != nil {
 		plain.Close()
