@@ -110,79 +110,65 @@ func (pc *physConn) close() {
 }
 
 func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if st := pc.stmts[query]; st != nil {
-		return pc.execStmt(ctx, st, args)
-	}
 	switch c := pc.conn.(type) {
 	case driver.ExecerContext:
-		a, err := convertArgs(pc.conn, nil, args)
-		if err != nil {
-			return nil, err
-		}
-		res, err := c.ExecContext(ctx, query, a)
-		if err != driver.ErrSkip {
-			return res, err
-		}
+		return runDirect(ctx, pc, query, args, c.ExecContext, nil, pc.execStmt)
 	case driver.Execer: //nolint:staticcheck // legacy drivers, as database/sql supports them
-		a, err := convertArgs(pc.conn, nil, args)
-		if err != nil {
-			return nil, err
-		}
-		vals, err := namedValueToValue(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		res, err := c.Exec(query, vals)
-		if err != driver.ErrSkip {
-			return res, err
-		}
+		return runDirect(ctx, pc, query, args, nil, c.Exec, pc.execStmt)
 	}
-	st, err := pc.prepare(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return pc.execStmt(ctx, st, args)
+	return runDirect(ctx, pc, query, args, nil, nil, pc.execStmt)
 }
 
 func (pc *physConn) query(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if st := pc.stmts[query]; st != nil {
-		return pc.queryStmt(ctx, st, args)
-	}
 	switch c := pc.conn.(type) {
 	case driver.QueryerContext:
-		a, err := convertArgs(pc.conn, nil, args)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := c.QueryContext(ctx, query, a)
-		if err != driver.ErrSkip {
-			return rows, err
-		}
+		return runDirect(ctx, pc, query, args, c.QueryContext, nil, pc.queryStmt)
 	case driver.Queryer: //nolint:staticcheck // legacy drivers, as database/sql supports them
+		return runDirect(ctx, pc, query, args, nil, c.Query, pc.queryStmt)
+	}
+	return runDirect(ctx, pc, query, args, nil, nil, pc.queryStmt)
+}
+
+// runDirect runs query as database/sql would on a driver.Conn: on a statement this connection
+// already prepared for it; otherwise directly, with the connection's context-aware method
+// (direct) or legacy one (legacy), whichever the driver has; and through a newly prepared
+// statement when it has neither or answers driver.ErrSkip.
+func runDirect[R any](ctx context.Context, pc *physConn, query string, args []driver.NamedValue,
+	direct func(context.Context, string, []driver.NamedValue) (R, error),
+	legacy func(string, []driver.Value) (R, error),
+	onStmt func(context.Context, driver.Stmt, []driver.NamedValue) (R, error),
+) (R, error) {
+	var zero R
+	if st := pc.stmts[query]; st != nil {
+		return onStmt(ctx, st, args)
+	}
+	if direct != nil || legacy != nil {
 		a, err := convertArgs(pc.conn, nil, args)
 		if err != nil {
-			return nil, err
+			return zero, err
 		}
-		vals, err := namedValueToValue(a)
-		if err != nil {
-			return nil, err
+		var r R
+		if direct != nil {
+			r, err = direct(ctx, query, a)
+		} else {
+			vals, verr := namedValueToValue(a)
+			if verr != nil {
+				return zero, verr
+			}
+			if err := ctx.Err(); err != nil {
+				return zero, err
+			}
+			r, err = legacy(query, vals)
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		rows, err := c.Query(query, vals)
 		if err != driver.ErrSkip {
-			return rows, err
+			return r, err
 		}
 	}
 	st, err := pc.prepare(ctx, query)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	return pc.queryStmt(ctx, st, args)
+	return onStmt(ctx, st, args)
 }
 
 // prepare returns the connection's statement for query, preparing it on first use.
