@@ -153,11 +153,7 @@ func lostBeforeRun(err error, pc *physConn) bool {
 	if !pc.used || pc.alive() {
 		return false
 	}
-	var state interface{ SQLState() string }
-	if !errors.As(err, &state) {
-		return false
-	}
-	switch state.SQLState() {
+	switch sqlState(err) {
 	case "57P01", "57P02", "57P03":
 		return true
 	}

@@ -30,7 +30,8 @@ var _ driver.Connector = (*Connector)(nil)
 // NewConnector validates cfg (see [Config] for the defaults of zero fields) and returns a
 // Connector for it. It does no I/O: the first physical connection opens with the first operation.
 // The inner driver must be registered with database/sql (import it), except "pgx" and "postgres"
-// (lib/pq), which gated imports. Errors are *[DSNError] naming the key at fault, or the inner driver's DSN error.
+// (lib/pq), which gated imports. Errors are *[DSNError] naming the key at fault, or the inner
+// driver's DSN error with any password removed.
 func NewConnector(cfg *Config) (*Connector, error) {
 	c := &Connector{cfg: *cfg.Clone()}
 	if err := c.cfg.normalize(); err != nil {

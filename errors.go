@@ -67,3 +67,13 @@ func hideBadConn(err error) error {
 	}
 	return badConnHidden{err}
 }
+
+// sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error
+// both have a SQLState method), or "" when the server did not answer with an error.
+func sqlState(err error) string {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		return state.SQLState()
+	}
+	return ""
+}

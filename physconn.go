@@ -279,3 +279,23 @@ func (pc *physConn) ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// endTxTimeout bounds the ROLLBACK that endTx sends.
+const endTxTimeout = 5 * time.Second
+
+// endTx is called after a COMMIT or ROLLBACK failed on a driver that does not report its
+// transaction status (everything but pgx). It ends whatever transaction may still be open and
+// reports whether the connection is now known to be outside one: the driver still reports it
+// valid (driver.Validator) and answers ROLLBACK without error, which PostgreSQL does outside a
+// transaction too (with a warning). The round trip, on this rare path, lets the connection be
+// reused and so its permit come back before Commit returns; a destroyed connection would give it
+// back only later, in the background, and a caller retrying at once would find it taken.
+func (pc *physConn) endTx() bool {
+	if v, ok := pc.conn.(driver.Validator); !ok || !v.IsValid() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endTxTimeout)
+	defer cancel()
+	_, err := pc.exec(ctx, "ROLLBACK", nil)
+	return err == nil
+}

@@ -1,11 +1,9 @@
 package gated
 
 import (
-	"context"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // A tx wraps the physical transaction to learn when it ended and whether the physical
@@ -48,28 +46,7 @@ func (t *tx) end(err error) error {
 // the connection is gone, the server did not answer (no SQLSTATE), and the driver did not say
 // that nothing was sent (driver.ErrBadConn, or pgconn's SafeToRetry).
 func commitOutcomeUnknown(err error, pc *physConn) bool {
-	var state interface{ SQLState() string }
 	var safe interface{ SafeToRetry() bool }
-	return !pc.alive() && !errors.As(err, &state) && !errors.Is(err, driver.ErrBadConn) &&
+	return !pc.alive() && sqlState(err) == "" && !errors.Is(err, driver.ErrBadConn) &&
 		!(errors.As(err, &safe) && safe.SafeToRetry())
-}
-
-// endTxTimeout bounds the ROLLBACK that endTx sends.
-const endTxTimeout = 5 * time.Second
-
-// endTx is called after a COMMIT or ROLLBACK failed on a driver that does not report its
-// transaction status (everything but pgx). It ends whatever transaction may still be open and
-// reports whether the connection is now known to be outside one: the driver still reports it
-// valid (driver.Validator) and answers ROLLBACK without error, which PostgreSQL does outside a
-// transaction too (with a warning). The round trip, on this rare path, lets the connection be
-// reused and so its permit come back before Commit returns; a destroyed connection would give it
-// back only later, in the background, and a caller retrying at once would find it taken.
-func (pc *physConn) endTx() bool {
-	if v, ok := pc.conn.(driver.Validator); !ok || !v.IsValid() {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), endTxTimeout)
-	defer cancel()
-	_, err := pc.exec(ctx, "ROLLBACK", nil)
-	return err == nil
 }
