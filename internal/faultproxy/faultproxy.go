@@ -40,9 +40,10 @@ const (
 	// that chunk, and everything after it, never reaches the server. (A match spanning two reads
 	// has its start already forwarded.) Use it for "the connection died before COMMIT was sent".
 	BeforeRequest When = iota
-	// AfterRequest forwards the chunk that completes the match, then acts at once. With [RST] the
-	// server's kernel may discard bytes the server has not read yet, so the server may or may not
-	// have run the request; tests that need "the server certainly committed" use AfterResponse.
+	// AfterRequest forwards the chunk that completes the match, then acts at once; no byte the
+	// server sends after that chunk reaches the client. With [RST] the server's kernel may
+	// discard bytes the server has not read yet, so the server may or may not have run the
+	// request; tests that need "the server certainly committed" use AfterResponse.
 	AfterRequest
 	// AfterResponse forwards the chunk that completes the match, waits for the first bytes the
 	// server sends after it, swallows them (they never reach the client), then acts: the server
@@ -89,6 +90,7 @@ type Proxy struct {
 	conns     map[*conn]struct{}
 	rules     []*armed // in arming order
 	longest   int      // longest Match ever armed: how much of the stream to remember
+	held      int      // goroutines waiting in holdLocked; lets tests see a blackhole take hold
 	blackhole bool
 	closed    bool
 }
@@ -105,6 +107,7 @@ type conn struct {
 	cut            bool         // sockets closed: the pumps stop
 	holed          bool         // blackholed for good by a rule or CutAll
 	pending        *armed       // an AfterResponse rule waiting for the server's first reply
+	frozen         bool         // an AfterRequest rule is acting: nothing more to the client
 	tail, win      []byte       // end of the client stream and a scratch buffer, for matching
 }
 
@@ -223,7 +226,7 @@ func (p *Proxy) serve(c *conn) {
 	defer p.wg.Done()
 	// A partitioned network lets no handshake through: dial only once the blackhole is lifted.
 	p.mu.Lock()
-	p.holdLocked(c)
+	p.holdLocked(c, true)
 	cut := c.cut
 	p.mu.Unlock()
 	if cut {
@@ -265,7 +268,7 @@ func (p *Proxy) pump(c *conn, up bool) {
 		}
 		if err != nil { // a peer closed (or we did): end the whole connection
 			p.mu.Lock()
-			p.holdLocked(c) // across a partition, not even a close gets through
+			p.holdLocked(c, up) // across a partition, not even a close gets through
 			p.cutLocked(c, FIN)
 			p.mu.Unlock()
 			return
@@ -276,7 +279,7 @@ func (p *Proxy) pump(c *conn, up bool) {
 // forward writes b to dst unless a blackhole holds it or a rule acts; false stops the pump.
 func (p *Proxy) forward(c *conn, up bool, b []byte, dst *net.TCPConn) bool {
 	p.mu.Lock()
-	p.holdLocked(c)
+	p.holdLocked(c, up)
 	if c.cut {
 		p.mu.Unlock()
 		return false
@@ -297,6 +300,8 @@ func (p *Proxy) forward(c *conn, up bool, b []byte, dst *net.TCPConn) bool {
 		return true
 	case r != nil && r.When == AfterResponse:
 		c.pending, r = r, nil // before writing, so that the reply cannot overtake it
+	case r != nil: // AfterRequest
+		c.frozen = true // a fast reply must not reach the client before the cut
 	}
 	p.mu.Unlock()
 
@@ -339,10 +344,12 @@ func (p *Proxy) matchLocked(c *conn, b []byte) *armed {
 	return hit
 }
 
-// holdLocked waits while c is blackholed and not cut.
-func (p *Proxy) holdLocked(c *conn) {
-	for (p.blackhole || c.holed) && !c.cut {
+// holdLocked waits while c is blackholed (or frozen, for the server-to-client pump) and not cut.
+func (p *Proxy) holdLocked(c *conn, up bool) {
+	for (p.blackhole || c.holed || c.frozen && !up) && !c.cut {
+		p.held++
 		p.cond.Wait()
+		p.held--
 	}
 }
 
