@@ -55,16 +55,8 @@ func (cn *conn) bind(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		// Admitted at once although the caller has given up: a reset under this context would
-		// fail and condemn a healthy connection.
-		g.release(pc)
-		return err
-	}
-	pc, err = cn.c.pool.ready(ctx, pc)
-	if err != nil {
-		g.release(nil)
-		return err
+	if pc, err = cn.c.pool.ready(ctx, pc, g); err != nil {
+		return err // ready has released the permit, or handed it to a cleanup that will
 	}
 	cn.g, cn.pc, cn.fresh = g, pc, true
 	return nil
@@ -82,53 +74,74 @@ func (cn *conn) unbind() {
 		return
 	}
 	cn.g, cn.pc = nil, nil
+	if pc == nil {
+		g.release(nil)
+		return
+	}
+	if !pc.inner.unwatch() {
+		pc.broken = true // a context ended and cut the socket's calls short
+	}
 	if cn.txOpen {
 		// The transaction was neither committed nor rolled back.
 		cn.txOpen = false
-		if pc != nil {
-			pc.broken = true
-		}
+		pc.broken = true
 	}
-	switch {
-	case pc == nil:
-		g.release(nil)
-	case pc.reusable():
+	if pc.reusable() {
 		pc.used = true
+		pc.inner.rested()
 		g.release(pc)
-	default:
-		cn.c.pool.destroyAsync(pc, func() { g.release(nil) })
+		return
 	}
+	cn.c.pool.destroyAsync(pc, func() { g.release(nil) })
 }
 
-// run calls op on the bound physical connection. When op fails because the physical connection
-// was already dead (see lostBeforeRun) on a binding that has no session state yet, the dead
-// connection is replaced and op retried while the permits stay held: returning driver.ErrBadConn
-// would make database/sql retry through the gate while this permit is still held by the
-// connection being destroyed. Dead idle connections are finite, so retries end; a connection
-// opened for this operation that fails too ends them after maxPhysicalTries. keepsFresh is true
-// for operations that create no session state a replacement would lose (prepare, ping).
+// run calls op on the bound physical connection.
+//
+// When op fails and gated knows that nothing was sent (see innerConn.unsent: for pgx and lib/pq
+// no byte left the socket, for other drivers driver.ErrBadConn) on a binding without session
+// state yet, the dead connection is replaced and op run again while the permits stay held:
+// returning driver.ErrBadConn would make database/sql retry through the gate while this permit
+// is still held by the connection being destroyed. Anything that may have reached the server is
+// never run again, and its error never wraps driver.ErrBadConn, so database/sql does not retry
+// it either. Dead idle connections are finite, so replays end; connections opened for this
+// operation that fail too end them after maxPhysicalTries. keepsFresh is true for operations
+// that create no session state a replacement would lose (prepare, ping).
+//
+// A panic in op (an argument's Value method, say) ends a binding this call made, destroying the
+// physical connection whose state is unknown, before it goes on: database/sql does not return
+// a connection whose call panicked, and the permit would be lost.
 func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
+	made := cn.g == nil
 	if err := cn.bind(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			cn.abandon(made)
+			panic(r)
+		}
+	}()
 	for newTries := 0; ; {
 		pc := cn.pc
+		pc.inner.watch(ctx)
+		pc.sweep(&cn.c.stmts)
+		before := pc.inner.sent()
 		err := op(pc)
-		if err == nil || !lostBeforeRun(err, pc) {
+		if err == nil || !pc.inner.unsent(err, before) {
 			if !keepsFresh {
 				cn.fresh = false
 			}
-			return err
+			return hideBadConn(err)
 		}
 		pc.broken = true
 		if !cn.fresh {
 			// Session state (a transaction, a pinned connection's settings) died with pc:
-			// database/sql does not retry here, and the caller must see the failure.
-			return err
+			// the caller must see the failure.
+			return hideBadConn(err)
 		}
 		if !pc.used {
 			if newTries++; newTries == maxPhysicalTries {
-				return fmt.Errorf("gated: %d new physical connections failed: %w", newTries, hideBadConn(err))
+				return fmt.Errorf("gated: %d new physical connections failed before the statement was sent: %w", newTries, hideBadConn(err))
 			}
 		}
 		if err := cn.replace(ctx); err != nil {
@@ -137,36 +150,27 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 	}
 }
 
-// lostBeforeRun reports whether err means the statement did not run because pc was already
-// gone. The driver says so with driver.ErrBadConn. Otherwise a connection that had been idle in
-// the pool, is closed now, and answered its first statement with the server's termination notice
-// (SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now:
-// pg_terminate_backend or a restart while idle), which aborts and rolls back a statement with its
-// implicit transaction, so running it on another connection is safe. (sockCheck catches most dead
-// connections before anything is sent; this covers a termination that lands just after the
-// check.) A reset or broken pipe is not replayed: a proxy may reset a connection after it
-// forwarded the statement.
-func lostBeforeRun(err error, pc *physConn) bool {
-	if errors.Is(err, driver.ErrBadConn) {
-		return true
+// abandon is run's panic path: the physical connection is destroyed, and a binding made by the
+// panicking call ends (a transaction's or pinned connection's binding ends with its Rollback or
+// Close, which the caller's deferred calls usually run).
+func (cn *conn) abandon(made bool) {
+	if cn.pc != nil {
+		cn.pc.broken = true
 	}
-	if !pc.used || pc.alive() {
-		return false
+	if made {
+		cn.unbind()
 	}
-	switch sqlState(err) {
-	case "57P01", "57P02", "57P03":
-		return true
-	}
-	return false
 }
 
-// replace destroys the broken physical connection and binds another, keeping the permit.
+// replace destroys the broken physical connection and binds another, keeping the permit. The
+// destroy finishes first (the permit follows the cleanup, I4); when ctx ends before it does,
+// the permit goes to the cleanup, the binding ends, and replace returns the context's error.
 func (cn *conn) replace(ctx context.Context) error {
 	old := cn.pc
 	cn.pc = nil
-	cn.c.pool.destroyAsync(old, nil)
-	pc, err := cn.c.pool.ready(ctx, nil)
+	pc, err := cn.c.pool.retire(ctx, old, cn.g)
 	if err != nil {
+		cn.g = nil // retire released the permit, or handed it to the cleanup
 		return err
 	}
 	cn.pc = pc
@@ -177,18 +181,20 @@ func (cn *conn) replace(ctx context.Context) error {
 // errors in the query surface here as with any driver. The returned statement is virtual: it
 // binds again for every use after this binding ends.
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	share := cn.c.stmts.acquire(query)
 	var numInput int
 	err := cn.run(ctx, true, func(pc *physConn) error {
-		st, err := pc.prepare(ctx, query)
+		st, err := pc.stmtFor(ctx, share)
 		if err == nil {
 			numInput = st.NumInput()
 		}
 		return err
 	})
 	if err != nil {
+		cn.c.stmts.release(share)
 		return nil, err
 	}
-	return &stmt{cn: cn, query: query, numInput: numInput}, nil
+	return &stmt{cn: cn, share: share, numInput: numInput}, nil
 }
 
 // Prepare is PrepareContext without a context.

@@ -2,13 +2,9 @@ package gated
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
-	"fmt"
-	"slices"
+	"errors"
 	"sync/atomic"
-
-	"github.com/lib/pq"
 )
 
 // A Connector is a gate and the physical connection pool behind it. It implements
@@ -22,6 +18,7 @@ type Connector struct {
 	drv    Driver
 	pool   *pool
 	gate   *gate
+	stmts  stmtRegistry
 	closed atomic.Bool
 }
 
@@ -29,68 +26,28 @@ var _ driver.Connector = (*Connector)(nil)
 
 // NewConnector validates cfg (see [Config] for the defaults of zero fields) and returns a
 // Connector for it. It does no I/O: the first physical connection opens with the first operation.
-// The inner driver must be registered with database/sql (import it), except "pgx" and "postgres"
-// (lib/pq), which gated imports. Errors are *[DSNError] naming the key at fault, or the inner
-// driver's DSN error with any password removed.
+// The inner driver must be registered with database/sql (import it), except "pgx" (pgx v5) and
+// "postgres" (lib/pq), which gated imports and uses directly. Errors are *[DSNError] naming the
+// key at fault, or the inner driver's DSN error with any password removed from its message.
 func NewConnector(cfg *Config) (*Connector, error) {
+	if cfg == nil {
+		return nil, errNilConfig
+	}
 	c := &Connector{cfg: *cfg.Clone()}
 	if err := c.cfg.normalize(); err != nil {
 		return nil, err
 	}
-	inner, err := innerConnector(c.cfg.Driver, c.cfg.DSN)
+	inner, wrap, err := newInner(c.cfg.Driver, c.cfg.DSN)
 	if err != nil {
 		return nil, err
 	}
 	c.drv.c = c
-	c.pool = newPool(inner, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
+	c.pool = newPool(inner, wrap, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
 	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.cfg.QueueOrder == QueueAdaptive, c.pool)
 	return c, nil
 }
 
-// innerConnector returns the driver.Connector of the inner driver for dsn.
-//
-// pgx keeps its default handling of an ended context: it closes the connection in the background,
-// sending a cancel request and then reading until the backend hangs up, and gated releases the
-// permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request on a
-// connection that stays in use, is racy: the request can arrive late and cancel the connection's
-// next statement, and pgx pads every cancelled call with 100 ms to make that less likely.
-func innerConnector(name, dsn string) (driver.Connector, error) {
-	if name == "postgres" {
-		// lib/pq, with connections that close only once the server is done (see drainingConn).
-		pc, err := pq.NewConnector(dsn)
-		if err != nil {
-			return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
-		}
-		pc.Dialer(drainingDialer{})
-		return pc, nil
-	}
-	if !slices.Contains(sql.Drivers(), name) {
-		return nil, &DSNError{Key: "gate_driver", Err: fmt.Errorf("driver %s is not registered with database/sql (forgotten import?)", shownValue(name))}
-	}
-	db, err := sql.Open(name, dsn) // only to reach the registered driver.Driver; opens nothing
-	if err != nil {
-		return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
-	}
-	d := db.Driver()
-	db.Close()
-	if dc, ok := d.(driver.DriverContext); ok {
-		ic, err := dc.OpenConnector(dsn)
-		if err != nil {
-			return nil, fmt.Errorf("gated: inner driver %q: %s", name, redact(err.Error(), dsn))
-		}
-		return ic, nil
-	}
-	return dsnConnector{dsn: dsn, d: d}, nil
-}
-
-// dsnConnector adapts a driver without driver.DriverContext, as database/sql does.
-type dsnConnector struct {
-	dsn string
-	d   driver.Driver
-}
-
-func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
-func (c dsnConnector) Driver() driver.Driver                        { return c.d }
+var errNilConfig = errors.New("gated: NewConnector: nil *Config (use gated.NewConfig or gated.ParseDSN)")
 
 // Connect returns a new virtual connection. It does no I/O and cannot fail, except after Close.
 func (c *Connector) Connect(context.Context) (driver.Conn, error) {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -227,7 +226,7 @@ func checkGateRefusal(t testing.TB, what string, err, want error) {
 // isGateWaitCanceled reports whether err is the gate giving up a wait because the caller's context
 // ended (counted in Canceled), as opposed to a context error from the driver or database/sql.
 func isGateWaitCanceled(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "gated: waiting for an execution permit") &&
+	return errors.Is(err, ErrWaitCanceled) &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 

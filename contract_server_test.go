@@ -621,7 +621,12 @@ func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
 		c.pool.mu.Lock()
 		var sock *sockCheck
 		if len(c.pool.idle) == 1 {
-			sock = c.pool.idle[0].sock
+			switch ic := c.pool.idle[0].inner.(type) {
+			case *pgxConn:
+				sock = ic.sock.check
+			case *pqConn:
+				sock = ic.sock.check
+			}
 		}
 		c.pool.mu.Unlock()
 		if sock == nil && runtime.GOOS != "windows" {

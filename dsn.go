@@ -165,6 +165,9 @@ func ParseDSN(dsn string) (*Config, error) {
 	c.DSN = inner
 	seen := make(map[string]bool, len(params))
 	for _, p := range params {
+		if lower := strings.ToLower(p.key); lower != p.key {
+			return nil, &DSNError{Key: p.key, Err: fmt.Errorf("gate_ keys are lower case (%s)", lower)}
+		}
 		if seen[p.key] {
 			return nil, &DSNError{Key: p.key, Err: errRepeatedKey}
 		}
@@ -498,13 +501,13 @@ func splitQuery(dsn string) (string, []gateParam, error) {
 		rawKey, rawValue, _ := strings.Cut(part, "=")
 		key, err := url.QueryUnescape(rawKey)
 		if err != nil {
-			if strings.HasPrefix(rawKey, gatePrefix) {
+			if isGateKey(rawKey) {
 				return "", nil, &DSNError{Key: rawKey, Err: fmt.Errorf("bad percent-encoding in key: %w", err)}
 			}
 			kept = append(kept, part) // not ours to judge
 			continue
 		}
-		if !strings.HasPrefix(key, gatePrefix) {
+		if !isGateKey(key) {
 			kept = append(kept, part)
 			continue
 		}
@@ -543,7 +546,7 @@ func splitKV(dsn string) (string, []gateParam, error) {
 			i++
 		}
 		key := dsn[start:i]
-		gate := strings.HasPrefix(key, gatePrefix)
+		gate := isGateKey(key)
 		eq := skipSpace(dsn, i)
 		if eq == n || dsn[eq] != '=' {
 			if gate {
@@ -648,6 +651,12 @@ func writeKVValue(b *strings.Builder, v string) {
 		b.WriteByte(v[i])
 	}
 	b.WriteByte('\'')
+}
+
+// isGateKey reports whether key belongs to gated. The prefix is matched in any case, so that a
+// misspelt GATE_CONCURRENT is refused instead of being forwarded to the server as a setting.
+func isGateKey(key string) bool {
+	return len(key) >= len(gatePrefix) && strings.EqualFold(key[:len(gatePrefix)], gatePrefix)
 }
 
 func isKVSpace(c byte) bool {

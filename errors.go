@@ -15,10 +15,22 @@ var ErrAdmissionFull = errors.New("gated: admission full: too many operations ru
 // admission permit has been returned when the caller sees it.
 var ErrAdmissionTimeout = errors.New("gated: timed out waiting for an execution permit")
 
-// ErrCommitUnknown is returned by Commit when the connection failed after the COMMIT was sent and
-// before the server answered: the transaction may or may not have been committed. It wraps the
-// driver's error. The physical connection is discarded.
+// ErrCommitUnknown is returned by Commit when the COMMIT may have reached the server and no answer
+// came back: the transaction may or may not have been committed, so check before you retry.
+// With pgx and lib/pq gated counts the bytes written to the connection's socket, so it appears
+// exactly when COMMIT left the process and the connection was lost before the server's answer
+// (or with a 57P01-class error, which a backend terminated during synchronous replication sends
+// after it committed locally); never when the connection was dead before COMMIT was sent, or
+// when the server answered with an error. With other drivers it appears when the connection is
+// no longer valid, the server gave no error and the driver did not report driver.ErrBadConn. It
+// wraps the driver's error. The physical connection is discarded.
 var ErrCommitUnknown = errors.New("gated: commit outcome unknown: connection lost during commit")
+
+// ErrWaitCanceled is wrapped, together with the context's error, by the error of an operation
+// whose context ended before it got an execution permit: while it waited, or before it asked.
+// Such an operation is counted in [Stats].Canceled and holds nothing. errors.Is(err,
+// context.DeadlineExceeded) or context.Canceled tells which way the context ended.
+var ErrWaitCanceled = errors.New("gated: the context ended before an execution permit was granted")
 
 // ErrClosed is returned by operations that need the gate after the Connector was closed.
 var ErrClosed = errors.New("gated: connector is closed")
@@ -66,14 +78,4 @@ func hideBadConn(err error) error {
 		return err
 	}
 	return badConnHidden{err}
-}
-
-// sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error
-// both have a SQLState method), or "" when the server did not answer with an error.
-func sqlState(err error) string {
-	var state interface{ SQLState() string }
-	if errors.As(err, &state) {
-		return state.SQLState()
-	}
-	return ""
 }

@@ -76,6 +76,14 @@ func newGate(concurrent, queue int, queueWait time.Duration, adaptive bool, p *p
 // handed over by the previous holder, or nil when the caller must take one from the pool. On
 // failure nothing is held.
 func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
+	if err := ctx.Err(); err != nil {
+		// Checked first, so that a caller who has given up is counted as Canceled whether or
+		// not a permit is free, and never takes one.
+		g.mu.Lock()
+		g.canceled++
+		g.mu.Unlock()
+		return nil, waitError(err)
+	}
 	g.mu.Lock()
 	switch {
 	case g.closed:
@@ -96,11 +104,6 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, ErrAdmissionTimeout
-	}
-	if err := ctx.Err(); err != nil {
-		g.canceled++
-		g.mu.Unlock()
-		return nil, waitError(err)
 	}
 	w := waiterPool.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -169,8 +172,10 @@ func putWaiter(w *waiter) {
 	waiterPool.Put(w)
 }
 
+// waitError is the error of an operation whose context ended before it got an execution permit:
+// it wraps both ErrWaitCanceled and the context's error.
 func waitError(err error) error {
-	return fmt.Errorf("gated: waiting for an execution permit: %w", err)
+	return fmt.Errorf("%w: %w", ErrWaitCanceled, err)
 }
 
 // release gives back one execution permit, with the physical connection the operation used (nil

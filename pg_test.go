@@ -3,9 +3,9 @@ package gated
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,5 +137,5 @@ func waitQuiet(t testing.TB, db *sql.DB, c *Connector) {
 
 // isGateError reports whether err is one the gate produces under load.
 func isGateError(err error) bool {
-	return IsRejected(err) || strings.Contains(err.Error(), "waiting for an execution permit")
+	return IsRejected(err) || errors.Is(err, ErrWaitCanceled)
 }

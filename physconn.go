@@ -5,47 +5,29 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 )
-
-// maxCachedStmts bounds the prepared statements kept per physical connection; beyond it the
-// oldest-inserted is closed, so an application that prepares ever new queries does not
-// accumulate statements on the server.
-const maxCachedStmts = 64
 
 // A physConn is one connection of the inner driver. It is used by one goroutine at a time: the
 // operation bound to it, or the pool while idle or being destroyed.
 //
 // Its driver calls mirror what database/sql does for a driver.Conn (optional interfaces first,
 // the same fallbacks and errors otherwise), because database/sql now only sees the virtual
-// connection above it.
+// connection above it. What gated knows about the particular driver is behind inner.
 type physConn struct {
 	conn      driver.Conn
-	pg        *pgconn.PgConn // set for pgx: exact health, and the end of its asynchronous cleanup
-	sock      *sockCheck     // the socket, when known (pgx, lib/pq): checked before reuse
-	createdAt int64          // pool clock (Unix ns) when opened
-	idleSince int64          // pool clock when last made idle
-	used      bool           // served an operation: reset before the next one
-	broken    bool           // must be destroyed rather than reused
+	inner     innerConn
+	createdAt int64 // pool clock (Unix ns) when opened
+	idleSince int64 // pool clock when last made idle
+	used      bool  // served an operation: reset before the next one
+	broken    bool  // must be destroyed rather than reused
 
-	stmts     map[string]driver.Stmt // prepared statements by query text
-	stmtOrder []string               // insertion order, for eviction
+	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
+	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
 }
 
-func newPhysConn(dc driver.Conn, nc net.Conn) *physConn {
-	pc := &physConn{conn: dc}
-	if sc, ok := dc.(*stdlib.Conn); ok {
-		pc.pg = sc.Conn().PgConn()
-		nc = pc.pg.Conn()
-	}
-	if nc != nil {
-		pc.sock = newSockCheck(nc)
-	}
-	return pc
+func newPhysConn(dc driver.Conn, sock *sockConn, wrap func(driver.Conn, *sockConn) innerConn) *physConn {
+	return &physConn{conn: dc, inner: wrap(dc, sock)}
 }
 
 func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
@@ -54,34 +36,20 @@ func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
 }
 
 // reusable reports whether pc may serve another operation: open, not in a transaction, not busy.
-func (pc *physConn) reusable() bool {
-	if pc.broken || !pc.alive() {
-		return false
-	}
-	return pc.pg == nil || (!pc.pg.IsBusy() && pc.pg.TxStatus() == 'I')
-}
+func (pc *physConn) reusable() bool { return !pc.broken && pc.inner.idle() }
 
 // alive reports whether the driver still considers the connection open; true when the driver
 // cannot tell.
-func (pc *physConn) alive() bool {
-	if pc.pg != nil {
-		return !pc.pg.IsClosed()
-	}
-	if v, ok := pc.conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
+func (pc *physConn) alive() bool { return pc.inner.alive() }
 
-// reset prepares a used connection for a new operation: the socket must be quiet (peerGone),
-// then the driver's ResetSession runs.
+// reset prepares a used connection for a new operation: its socket is checked before the next
+// write (a server that hung up while it was idle is found before anything is sent), then the
+// driver's ResetSession runs.
 func (pc *physConn) reset(ctx context.Context) error {
 	if !pc.used {
 		return nil
 	}
-	if pc.sock.peerGone() {
-		return driver.ErrBadConn
-	}
+	pc.inner.checkBeforeWrite()
 	if r, ok := pc.conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)
 	}
@@ -90,58 +58,47 @@ func (pc *physConn) reset(ctx context.Context) error {
 
 // close closes the connection and waits, bounded, until the driver's cleanup has finished.
 func (pc *physConn) close() {
-	if pc.pg == nil {
-		// pgx statements die with their connection; closing them first would cost a round trip
-		// each. Other drivers may hold client-side resources per statement.
-		for _, st := range pc.stmts {
-			st.Close()
+	if pc.inner.closeStmts() {
+		for _, ps := range pc.stmts {
+			ps.st.Close()
 		}
 	}
-	pc.stmts, pc.stmtOrder = nil, nil
-	pc.conn.Close()
-	if pc.pg != nil {
-		t := time.NewTimer(cleanupWait)
-		select {
-		case <-pc.pg.CleanupDone():
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	pc.stmts = nil
+	pc.inner.close()
 }
 
 func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	switch c := pc.conn.(type) {
 	case driver.ExecerContext:
-		return runDirect(ctx, pc, query, args, c.ExecContext, nil, pc.execStmt)
+		return runDirect(ctx, pc, query, args, c.ExecContext, nil, pc.execOnce)
 	case driver.Execer: //nolint:staticcheck // legacy drivers, as database/sql supports them
-		return runDirect(ctx, pc, query, args, nil, c.Exec, pc.execStmt)
+		return runDirect(ctx, pc, query, args, nil, c.Exec, pc.execOnce)
 	}
-	return runDirect(ctx, pc, query, args, nil, nil, pc.execStmt)
+	return runDirect(ctx, pc, query, args, nil, nil, pc.execOnce)
 }
 
 func (pc *physConn) query(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	switch c := pc.conn.(type) {
 	case driver.QueryerContext:
-		return runDirect(ctx, pc, query, args, c.QueryContext, nil, pc.queryStmt)
+		return runDirect(ctx, pc, query, args, c.QueryContext, nil, pc.queryOnce)
 	case driver.Queryer: //nolint:staticcheck // legacy drivers, as database/sql supports them
-		return runDirect(ctx, pc, query, args, nil, c.Query, pc.queryStmt)
+		return runDirect(ctx, pc, query, args, nil, c.Query, pc.queryOnce)
 	}
-	return runDirect(ctx, pc, query, args, nil, nil, pc.queryStmt)
+	return runDirect(ctx, pc, query, args, nil, nil, pc.queryOnce)
 }
 
-// runDirect runs query as database/sql would on a driver.Conn: on a statement this connection
-// already prepared for it; otherwise directly, with the connection's context-aware method
-// (direct) or legacy one (legacy), whichever the driver has; and through a newly prepared
-// statement when it has neither or answers driver.ErrSkip.
+// runDirect runs an unprepared query as database/sql would on a driver.Conn: directly, with the
+// connection's context-aware method (direct) or legacy one (legacy), whichever the driver has;
+// and through a statement prepared for this one use (once) when it has neither or answers
+// driver.ErrSkip. It never uses a statement the application prepared: that statement may be
+// stale (a migration changed its result type) where a fresh query is not, or, behind a
+// transaction-pooling PgBouncer, exist on another server connection only.
 func runDirect[R any](ctx context.Context, pc *physConn, query string, args []driver.NamedValue,
 	direct func(context.Context, string, []driver.NamedValue) (R, error),
 	legacy func(string, []driver.Value) (R, error),
-	onStmt func(context.Context, driver.Stmt, []driver.NamedValue) (R, error),
+	once func(context.Context, string, []driver.NamedValue) (R, error),
 ) (R, error) {
 	var zero R
-	if st := pc.stmts[query]; st != nil {
-		return onStmt(ctx, st, args)
-	}
 	if direct != nil || legacy != nil {
 		a, err := convertArgs(pc.conn, nil, args)
 		if err != nil {
@@ -164,44 +121,45 @@ func runDirect[R any](ctx context.Context, pc *physConn, query string, args []dr
 			return r, err
 		}
 	}
-	st, err := pc.prepare(ctx, query)
-	if err != nil {
-		return zero, err
-	}
-	return onStmt(ctx, st, args)
+	return once(ctx, query, args)
 }
 
-// prepare returns the connection's statement for query, preparing it on first use.
-func (pc *physConn) prepare(ctx context.Context, query string) (driver.Stmt, error) {
-	if st := pc.stmts[query]; st != nil {
-		return st, nil
-	}
-	var st driver.Stmt
-	var err error
-	if c, ok := pc.conn.(driver.ConnPrepareContext); ok {
-		st, err = c.PrepareContext(ctx, query)
-	} else {
-		st, err = pc.conn.Prepare(query)
-		if err == nil && ctx.Err() != nil {
-			st.Close()
-			return nil, ctx.Err()
-		}
-	}
+// execOnce prepares query, executes it and closes the statement, as database/sql does for a
+// driver without Execer.
+func (pc *physConn) execOnce(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	st, err := pc.prepareDriver(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if pc.stmts == nil {
-		pc.stmts = make(map[string]driver.Stmt)
+	defer st.Close()
+	return pc.execStmt(ctx, st, args)
+}
+
+// queryOnce prepares query and runs it; the statement is closed with the rows.
+func (pc *physConn) queryOnce(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	st, err := pc.prepareDriver(ctx, query)
+	if err != nil {
+		return nil, err
 	}
-	if len(pc.stmtOrder) >= maxCachedStmts {
-		oldest := pc.stmtOrder[0]
-		pc.stmtOrder = append(pc.stmtOrder[:0], pc.stmtOrder[1:]...)
-		pc.stmts[oldest].Close()
-		delete(pc.stmts, oldest)
+	rows, err := pc.queryStmt(ctx, st, args)
+	if err != nil {
+		st.Close()
+		return nil, err
 	}
-	pc.stmts[query] = st
-	pc.stmtOrder = append(pc.stmtOrder, query)
-	return st, nil
+	return &stmtRows{Rows: rows, st: st}, nil
+}
+
+// prepareDriver prepares query on the driver connection, as database/sql's ctxDriverPrepare.
+func (pc *physConn) prepareDriver(ctx context.Context, query string) (driver.Stmt, error) {
+	if c, ok := pc.conn.(driver.ConnPrepareContext); ok {
+		return c.PrepareContext(ctx, query)
+	}
+	st, err := pc.conn.Prepare(query)
+	if err == nil && ctx.Err() != nil {
+		st.Close()
+		return nil, ctx.Err()
+	}
+	return st, err
 }
 
 func (pc *physConn) execStmt(ctx context.Context, st driver.Stmt, args []driver.NamedValue) (driver.Result, error) {
@@ -278,24 +236,4 @@ func (pc *physConn) ping(ctx context.Context) error {
 		return p.Ping(ctx)
 	}
 	return nil
-}
-
-// endTxTimeout bounds the ROLLBACK that endTx sends.
-const endTxTimeout = 5 * time.Second
-
-// endTx is called after a COMMIT or ROLLBACK failed on a driver that does not report its
-// transaction status (everything but pgx). It ends whatever transaction may still be open and
-// reports whether the connection is now known to be outside one: the driver still reports it
-// valid (driver.Validator) and answers ROLLBACK without error, which PostgreSQL does outside a
-// transaction too (with a warning). The round trip, on this rare path, lets the connection be
-// reused and so its permit come back before Commit returns; a destroyed connection would give it
-// back only later, in the background, and a caller retrying at once would find it taken.
-func (pc *physConn) endTx() bool {
-	if v, ok := pc.conn.(driver.Validator); !ok || !v.IsValid() {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), endTxTimeout)
-	defer cancel()
-	_, err := pc.exec(ctx, "ROLLBACK", nil)
-	return err == nil
 }

@@ -3,7 +3,7 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
-	"net"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +21,7 @@ const cleanupWait = 15 * time.Second
 // example one the reaper expired.
 type pool struct {
 	connector driver.Connector
+	wrap      func(driver.Conn, *sockConn) innerConn // the driver seam, for each new connection
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
@@ -35,7 +36,8 @@ type pool struct {
 	reaping bool // the reaper goroutine runs
 	opened  int64
 	closedN int64
-	failed  int64 // connection attempts that failed
+	failed  int64 // connection attempts that failed: the server's or the network's failures
+	gaveUp  int64 // connection attempts cut short by the caller's own context
 
 	// clock is a coarse time (Unix ns) for lifetimes, advanced by the reaper at least every
 	// maxReapInterval: reading the real clock twice per operation costs more than the rest of the
@@ -50,8 +52,8 @@ type pool struct {
 // error.
 const maxReapInterval = time.Second
 
-func newPool(c driver.Connector, maxConns int, lifetime, idleTime time.Duration) *pool {
-	return &pool{connector: c, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
+func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
+	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
@@ -95,18 +97,22 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 }
 
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
-	var nc net.Conn
-	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &nc))
+	var sock *sockConn
+	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &sock))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.failed++
+		if ctx.Err() != nil {
+			p.gaveUp++
+		} else {
+			p.failed++
+		}
 		p.releaseSlotLocked()
-		return nil, hideBadConn(err)
+		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
 	}
 	p.opened++
 	p.inUse++
-	pc := newPhysConn(dc, nc)
+	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
 	return pc, nil
 }
@@ -184,11 +190,21 @@ func (p *pool) close() {
 	p.idle = nil
 	p.inUse += len(idle) // destroy counts them out again
 	close(p.stop)
+	p.bg.Add(len(idle))
 	p.mu.Unlock()
-	for _, pc := range idle {
-		p.destroy(pc)
-	}
+	p.destroyAll(idle)
 	p.bg.Wait()
+}
+
+// destroyAll destroys conns in parallel, each counted in p.bg by the caller: closing one can
+// take as long as the driver's bounded cleanup, and closing them in turn would add those up.
+func (p *pool) destroyAll(conns []*physConn) {
+	for _, pc := range conns {
+		go func() {
+			defer p.bg.Done()
+			p.destroy(pc)
+		}()
+	}
 }
 
 // startReaperLocked starts the goroutine that closes idle connections past their lifetime or
@@ -218,9 +234,7 @@ func (p *pool) reap(interval time.Duration) {
 			return
 		case now := <-t.C:
 			p.clock.Store(now.UnixNano())
-			for _, pc := range p.takeExpired(now.UnixNano()) {
-				p.destroy(pc)
-			}
+			p.destroyAll(p.takeExpired(now.UnixNano()))
 		}
 	}
 }
@@ -241,6 +255,7 @@ func (p *pool) takeExpired(now int64) []*physConn {
 	clear(p.idle[len(kept):])
 	p.idle = kept
 	p.inUse += len(expired)
+	p.bg.Add(len(expired)) // under mu, so that close, which sets closed under mu, waits for them
 	return expired
 }
 
@@ -255,28 +270,77 @@ func (p *pool) stats(s *PoolStats) {
 	s.Opened = p.opened
 	s.Closed = p.closedN
 	s.ConnectErrors = p.failed
+	s.ConnectCanceled = p.gaveUp
 }
 
-// ready returns a physical connection for a new binding: pc when one was handed over with the
-// permit, otherwise one from the pool; a used connection is first reset with the driver's
-// ResetSession. A connection that fails its reset is destroyed and another taken, so the caller
-// never sees its driver.ErrBadConn. The loop ends because only used connections are reset and
-// there are finitely many of them: a new connection either works or fails to open.
-func (p *pool) ready(ctx context.Context, pc *physConn) (*physConn, error) {
+// ready returns a physical connection for a binding that holds gate g's execution permit: pc
+// when one was handed over with the permit, otherwise one from the pool; a used connection is
+// first reset with the driver's ResetSession. A connection that fails its reset is destroyed
+// (see retire) and another taken, so the caller never sees its driver.ErrBadConn. The loop ends
+// because only used connections are reset and there are finitely many of them: a new
+// connection either works or fails to open.
+//
+// On error the permit is no longer the caller's: ready released it, or handed it to a cleanup
+// that releases it when it ends.
+func (p *pool) ready(ctx context.Context, pc *physConn, g *gate) (*physConn, error) {
 	for {
 		if pc == nil {
 			var err error
 			if pc, err = p.get(ctx); err != nil {
+				g.release(nil)
 				return nil, err
 			}
 		}
-		if pc.reset(ctx) == nil {
+		if err := ctx.Err(); err != nil {
+			// Admitted as the caller gave up: a reset under this context would fail and condemn
+			// a healthy connection.
+			g.release(pc)
+			return nil, fmt.Errorf("gated: the context ended before the operation started: %w", err)
+		}
+		err := pc.reset(ctx)
+		if err == nil {
 			return pc, nil
 		}
-		p.destroyAsync(pc, nil)
-		pc = nil
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		if !p.destroyWithin(ctx, pc, g) {
+			return nil, fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
 		}
+		pc = nil
+	}
+}
+
+// retire destroys pc, a connection its binding can no longer use, and returns a replacement
+// ready for use, as ready does. On error the permit is no longer the caller's.
+func (p *pool) retire(ctx context.Context, pc *physConn, g *gate) (*physConn, error) {
+	if !p.destroyWithin(ctx, pc, g) {
+		return nil, fmt.Errorf("gated: the context ended while a failed connection was closed: %w", ctx.Err())
+	}
+	return p.ready(ctx, nil, g)
+}
+
+// destroyWithin destroys pc for a binding that holds gate g's execution permit and waits for
+// the cleanup, so that the permit follows it (I4) and the pool slot pc held is free for the
+// replacement: with P = B a destroy in the background would leave a permit holder waiting in
+// the pool, invisible in Stats and unbounded by gate_queue_wait. When ctx ends first it
+// reports false, and the cleanup, which goes on, releases the permit when it ends.
+func (p *pool) destroyWithin(ctx context.Context, pc *physConn, g *gate) bool {
+	const (
+		waiting = iota
+		destroyed
+		leftToCleanup
+	)
+	var state atomic.Int32
+	done := make(chan struct{})
+	p.destroyAsync(pc, func() {
+		if state.CompareAndSwap(waiting, destroyed) {
+			close(done)
+		} else {
+			g.release(nil)
+		}
+	})
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return !state.CompareAndSwap(waiting, leftToCleanup)
 	}
 }

@@ -60,3 +60,19 @@ func secretsOf(dsn string) []string {
 	}
 	return out
 }
+
+// redactedError is an inner driver's error about a DSN, with the DSN's passwords removed from
+// its message. It wraps the driver's error, so errors.As still finds the driver's type (whose own
+// message may quote the password: print the redactedError, not what it wraps).
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactErr returns err with the passwords in dsn removed from its message.
+func redactErr(err error, dsn string) error {
+	return &redactedError{msg: redact(err.Error(), dsn), err: err}
+}

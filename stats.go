@@ -29,5 +29,7 @@ type PoolStats struct {
 	InUse         int   // connections taken from the pool: bound to an operation, or being closed
 	Opened        int64 // connections opened
 	Closed        int64 // connections closed
-	ConnectErrors int64 // failed attempts to open a connection
+	ConnectErrors int64 // attempts to open a connection that the server or the network failed
+
+	ConnectCanceled int64 // attempts to open a connection cut short by the caller's own context
 }

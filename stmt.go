@@ -8,12 +8,13 @@ import (
 // A stmt is the virtual statement returned by a virtual connection. database/sql caches it and
 // calls it directly later, possibly in another binding; returning the physical statement instead
 // would bypass the gate and could put two goroutines on one physical connection. Each use binds
-// through the virtual connection and runs on the bound physical connection's own prepared
-// statement for the same query (see physConn.prepare).
+// through the virtual connection and runs on the bound physical connection's own prepared copy
+// of the statement (see stmtcache.go).
 type stmt struct {
 	cn       *conn
-	query    string
+	share    *stmtShare
 	numInput int
+	closed   bool
 }
 
 var (
@@ -22,10 +23,16 @@ var (
 	_ driver.StmtQueryContext = (*stmt)(nil)
 )
 
-// Close does nothing: the physical statements belong to their physical connections and are
-// closed with them or evicted from their cache. It must not block, because database/sql may call
-// it while holding its own locks.
-func (s *stmt) Close() error { return nil }
+// Close tells the physical connections that this statement no longer needs their copies; each
+// closes its copy before its next operation. It never blocks on I/O, because database/sql may
+// call it while holding its own locks.
+func (s *stmt) Close() error {
+	if !s.closed {
+		s.closed = true
+		s.cn.c.stmts.release(s.share)
+	}
+	return nil
+}
 
 // NumInput is what the physical statement reported when the query was prepared.
 func (s *stmt) NumInput() int { return s.numInput }
@@ -33,12 +40,10 @@ func (s *stmt) NumInput() int { return s.numInput }
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
 	err := s.cn.run(ctx, false, func(pc *physConn) error {
-		st, err := pc.prepare(ctx, s.query)
-		if err != nil {
+		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {
+			res, err = pc.execStmt(ctx, st, args)
 			return err
-		}
-		res, err = pc.execStmt(ctx, st, args)
-		return err
+		})
 	})
 	return res, err
 }
@@ -46,14 +51,27 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
 	err := s.cn.run(ctx, false, func(pc *physConn) error {
-		st, err := pc.prepare(ctx, s.query)
-		if err != nil {
+		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {
+			rows, err = pc.queryStmt(ctx, st, args)
 			return err
-		}
-		rows, err = pc.queryStmt(ctx, st, args)
-		return err
+		})
 	})
 	return rows, err
+}
+
+// onCopy runs use on pc's copy of the statement. A copy the server rejects as stale is evicted
+// and, when nothing else ran in the binding (so no transaction was aborted by the failure), the
+// statement is prepared again and run once more: the server ran nothing of it.
+func (s *stmt) onCopy(ctx context.Context, pc *physConn, use func(driver.Stmt) error) error {
+	for retried := false; ; retried = true {
+		st, err := pc.stmtFor(ctx, s.share)
+		if err == nil {
+			err = use(st)
+		}
+		if err == nil || !pc.evictStale(err, s.share) || retried || !s.cn.fresh {
+			return err
+		}
+	}
 }
 
 // Exec is never called by database/sql, which prefers ExecContext.

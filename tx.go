@@ -2,7 +2,6 @@ package gated
 
 import (
 	"database/sql/driver"
-	"errors"
 	"fmt"
 )
 
@@ -16,14 +15,20 @@ type tx struct {
 
 var _ driver.Tx = (*tx)(nil)
 
-// Commit commits the physical transaction. When the connection died after the COMMIT was sent
-// and before the server answered, the error wraps [ErrCommitUnknown]: the commit may have been
-// applied.
+// Commit commits the physical transaction. When the COMMIT may have reached the server and no
+// answer came back (see innerConn.commitUnknown), the error wraps [ErrCommitUnknown]: the
+// transaction may or may not have been committed. Its error never wraps driver.ErrBadConn.
 func (t *tx) Commit() error {
 	pc := t.cn.pc
-	sent := pc != nil && pc.alive() // a connection already dead cannot have sent the COMMIT
-	err := t.end(t.inner.Commit())
-	if err != nil && sent && commitOutcomeUnknown(err, pc) {
+	if pc == nil {
+		return t.end(t.inner.Commit())
+	}
+	pc.inner.checkBeforeWrite()
+	before := pc.inner.sent()
+	err := t.inner.Commit()
+	unknown := err != nil && pc.inner.commitUnknown(err, before)
+	err = t.end(err)
+	if unknown {
 		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 	}
 	return err
@@ -36,17 +41,8 @@ func (t *tx) Rollback() error {
 
 func (t *tx) end(err error) error {
 	t.cn.txOpen = false
-	if err != nil && t.cn.pc != nil && t.cn.pc.pg == nil && !t.cn.pc.endTx() {
+	if err != nil && t.cn.pc != nil && !t.cn.pc.inner.endFailedTx() {
 		t.cn.pc.broken = true
 	}
-	return err
-}
-
-// commitOutcomeUnknown reports whether a COMMIT that failed with err may still have been applied:
-// the connection is gone, the server did not answer (no SQLSTATE), and the driver did not say
-// that nothing was sent (driver.ErrBadConn, or pgconn's SafeToRetry).
-func commitOutcomeUnknown(err error, pc *physConn) bool {
-	var safe interface{ SafeToRetry() bool }
-	return !pc.alive() && sqlState(err) == "" && !errors.Is(err, driver.ErrBadConn) &&
-		!(errors.As(err, &safe) && safe.SafeToRetry())
+	return hideBadConn(err)
 }

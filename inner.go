@@ -1,0 +1,124 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"strings"
+	"time"
+)
+
+// The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
+// with one file per driver: inner_pgx.go (pgx v5), inner_pq.go (lib/pq) and inner_generic.go (any
+// other registered driver, with only what database/sql itself promises). The rest of the package
+// asks these questions and never looks at a driver's types.
+
+// An innerConn is gated's knowledge of one physical connection of the inner driver.
+type innerConn interface {
+	// alive reports whether the driver still considers the connection open; true when it
+	// cannot tell.
+	alive() bool
+	// idle reports whether the connection may serve another operation: alive, outside a
+	// transaction and not busy.
+	idle() bool
+	// close closes the connection and returns once the driver's cleanup has ended (pgx's
+	// asynchronous cancel and close, the drain of a lib/pq socket whose statement may still
+	// run), waiting at most cleanupWait. Statements prepared on it are not closed first: the
+	// server frees them with the session, and a round trip each could block for as long as a
+	// network partition lasts.
+	close()
+	// sent returns how many bytes the connection has written to its socket so far, or -1 when
+	// gated does not see the socket.
+	sent() int64
+	// unsent reports whether an operation that failed with err, on a connection that had sent
+	// before bytes when it began, certainly sent nothing to the server: only then may it run
+	// again on another connection.
+	unsent(err error, before int64) bool
+	// commitUnknown reports whether a COMMIT that failed with err, begun when the connection
+	// had sent before bytes, may have been applied.
+	commitUnknown(err error, before int64) bool
+	// endFailedTx is called after a COMMIT or ROLLBACK failed. It ends whatever transaction may
+	// still be open and reports whether the connection is now known to be outside one, and so
+	// reusable.
+	endFailedTx() bool
+	// watch bounds the socket's blocking reads and writes by ctx, for drivers that cannot
+	// interrupt them themselves, until unwatch. unwatch reports false when ctx ended meanwhile,
+	// leaving the socket unusable.
+	watch(ctx context.Context)
+	unwatch() bool
+	// rested is called when the connection goes back idle after an operation that left it
+	// healthy: nothing runs on the server any more.
+	rested()
+	// checkBeforeWrite makes the next write first check that the server has not hung up or
+	// sent something unasked, and fail without sending anything if it has. It is called before
+	// a used connection serves another operation, and before COMMIT: a connection that died
+	// before the statement was sent must be told from one lost after.
+	checkBeforeWrite()
+	// closeStmts reports whether prepared statements hold client-side resources that must be
+	// freed when the connection is destroyed.
+	closeStmts() bool
+}
+
+// newInner returns the inner driver's connector for dsn, and the function that makes an
+// innerConn for each of its connections.
+func newInner(name, dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+	switch name {
+	case "pgx":
+		return newPgxInner(dsn)
+	case "postgres":
+		return newPQInner(dsn)
+	}
+	return newGenericInner(name, dsn)
+}
+
+// endFailedTxTimeout bounds the ROLLBACK that sendRollback sends.
+const endFailedTxTimeout = 5 * time.Second
+
+// sendRollback sends ROLLBACK after a COMMIT or ROLLBACK failed on a driver that does not report
+// its transaction status, and reports whether it succeeded. PostgreSQL (and MySQL) answer it
+// without error outside a transaction too, so success means the connection is outside one. The
+// round trip, on this rare path, lets the connection be reused and so its permit come back before
+// Commit returns; a destroyed connection would give it back only later, in the background, and a
+// caller retrying at once would find it taken.
+func sendRollback(dc driver.Conn, ctx context.Context) bool {
+	if ctx.Done() == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, endFailedTxTimeout)
+		defer cancel()
+	}
+	var err error
+	switch c := dc.(type) {
+	case driver.ExecerContext:
+		_, err = c.ExecContext(ctx, "ROLLBACK", nil)
+	case driver.Execer: //nolint:staticcheck // legacy drivers, as database/sql supports them
+		_, err = c.Exec("ROLLBACK", nil)
+	default:
+		var st driver.Stmt
+		if st, err = dc.Prepare("ROLLBACK"); err == nil {
+			_, err = st.Exec(nil) //nolint:staticcheck // legacy drivers
+			st.Close()
+		}
+	}
+	return err == nil
+}
+
+// sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error
+// both have a SQLState method), or "" when the server did not answer with an error.
+func sqlState(err error) string {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		return state.SQLState()
+	}
+	return ""
+}
+
+// answerLost reports whether err says that the server's answer did not arrive: no SQLSTATE at
+// all (the connection failed), a connection exception (class 08), or an operator intervention
+// that ended the session (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
+// 57P04 database_dropped, 57P05 idle_session_timeout). A backend terminated while it waits for
+// synchronous replication reports 57P01 after the commit was applied locally, so none of these
+// proves that a COMMIT failed.
+func answerLost(err error) bool {
+	s := sqlState(err)
+	return s == "" || strings.HasPrefix(s, "08") || strings.HasPrefix(s, "57P")
+}

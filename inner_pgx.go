@@ -1,0 +1,107 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// newPgxInner returns a connector of the pgx v5 that gated imports, whatever another import
+// registered under the name "pgx" (pgx v4 registers that name too), dialing through gated so
+// that each connection's socket is a sockConn.
+//
+// pgx keeps its default handling of an ended context: it closes the connection in the
+// background, sending a cancel request and then reading until the backend hangs up, and gated
+// releases the permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request
+// on a connection that stays in use, is racy: the request can arrive late and cancel the
+// connection's next statement, and pgx pads every cancelled call with 100 ms.
+func newPgxInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gated: inner driver \"pgx\": %w", redactErr(err, dsn))
+	}
+	dial := func(ctx context.Context, cfg *pgx.ConnConfig) error {
+		inner := cfg.DialFunc
+		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := inner(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrapDialed(ctx, c, false), nil
+		}
+		return nil
+	}
+	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), newPgxConn, nil
+}
+
+func newPgxConn(dc driver.Conn, sock *sockConn) innerConn {
+	return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock}
+}
+
+// pgxConn knows a pgx connection exactly: pgconn reports whether it is closed, busy or in a
+// transaction, and when its asynchronous cleanup has ended.
+type pgxConn struct {
+	dc   driver.Conn
+	pg   *pgconn.PgConn
+	sock *sockConn // nil if pgx dialed without gated (it never does)
+}
+
+func (c *pgxConn) alive() bool { return !c.pg.IsClosed() }
+
+func (c *pgxConn) idle() bool {
+	return !c.pg.IsClosed() && !c.pg.IsBusy() && c.pg.TxStatus() == 'I'
+}
+
+func (c *pgxConn) close() {
+	c.dc.Close()
+	t := time.NewTimer(cleanupWait)
+	select {
+	case <-c.pg.CleanupDone():
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+func (c *pgxConn) sent() int64 { return sockSent(c.sock) }
+
+func (c *pgxConn) unsent(err error, before int64) bool {
+	if c.sock == nil {
+		return false
+	}
+	return c.sock.written.Load() == before && c.pg.IsClosed()
+}
+
+func (c *pgxConn) commitUnknown(err error, before int64) bool {
+	return c.sock != nil && c.sock.written.Load() > before && c.pg.IsClosed() && answerLost(err)
+}
+
+// endFailedTx: pgx knows its transaction status; a connection left in a transaction is not
+// idle and is destroyed.
+func (c *pgxConn) endFailedTx() bool { return c.idle() }
+
+func (c *pgxConn) watch(context.Context) {}
+func (c *pgxConn) unwatch() bool         { return true }
+
+func (c *pgxConn) rested()           {}
+func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
+
+func (c *pgxConn) closeStmts() bool { return false }
+
+func sockSent(s *sockConn) int64 {
+	if s == nil {
+		return -1
+	}
+	return s.written.Load()
+}
+
+func armSock(s *sockConn) {
+	if s != nil {
+		s.armed.Store(true)
+	}
+}

@@ -1,0 +1,97 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// newPQInner returns a lib/pq connector whose sockets gated dials (see sockConn): their Close
+// waits for the server while a statement may still run, and a context that ends interrupts
+// their blocking calls.
+func newPQInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+	pc, err := pq.NewConnector(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
+	}
+	pc.Dialer(pqDialer{})
+	return pc, newPQConn, nil
+}
+
+func newPQConn(dc driver.Conn, sock *sockConn) innerConn { return &pqConn{dc: dc, sock: sock} }
+
+// pqDialer dials as lib/pq's default dialer does, wrapping the sockets of gated's connections.
+type pqDialer struct{ d net.Dialer }
+
+func (d pqDialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+func (d pqDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
+func (d pqDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := d.d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return wrapDialed(ctx, c, true), nil
+}
+
+// pqConn is a lib/pq connection. lib/pq reports whether it is still usable (driver.Validator)
+// but not its transaction status; gated tracks transactions itself (conn.txOpen).
+type pqConn struct {
+	dc   driver.Conn
+	sock *sockConn
+}
+
+func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
+func (c *pqConn) idle() bool  { return c.alive() }
+
+func (c *pqConn) close() { c.dc.Close() } // the socket's Close drains when it must
+
+func (c *pqConn) sent() int64 { return sockSent(c.sock) }
+
+func (c *pqConn) unsent(err error, before int64) bool {
+	return c.sock != nil && c.sock.written.Load() == before && !c.alive()
+}
+
+func (c *pqConn) commitUnknown(err error, before int64) bool {
+	return c.sock != nil && c.sock.written.Load() > before && !c.alive() && answerLost(err)
+}
+
+func (c *pqConn) endFailedTx() bool {
+	if !c.alive() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endFailedTxTimeout)
+	defer cancel()
+	c.watch(ctx) // lib/pq's ROLLBACK would otherwise wait for as long as a partition lasts
+	ok := sendRollback(c.dc, ctx)
+	return c.unwatch() && ok
+}
+
+func (c *pqConn) watch(ctx context.Context) {
+	if c.sock != nil {
+		c.sock.watch(ctx)
+	}
+}
+
+func (c *pqConn) unwatch() bool { return c.sock == nil || c.sock.unwatch() }
+
+func (c *pqConn) rested() {
+	if c.sock != nil {
+		c.sock.busy.Store(false)
+	}
+}
+
+func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
+
+func (c *pqConn) closeStmts() bool { return false }

@@ -1,0 +1,148 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A sockConn is a socket gated dialed for pgx or lib/pq. Seeing the socket lets gated answer
+// questions the drivers answer wrongly or not at all:
+//
+//   - Did a statement leave the process? The bytes written are counted. A driver's
+//     driver.ErrBadConn or pgconn's SafeToRetry cannot be trusted for that (pgx reports "conn
+//     closed", safe to retry, for a COMMIT whose answer was lost; lib/pq reports ErrBadConn
+//     after writing on a clean close), so gated replays a statement and classifies a COMMIT
+//     from the count alone.
+//   - Did the server hang up while the connection was idle (pg_terminate_backend, a restart)?
+//     After the connection was idle, the first write first peeks at the socket (one
+//     non-blocking recv); if the server has closed it or sent something unasked, the write
+//     fails without sending anything, so the statement can run on another connection.
+//   - For lib/pq only: Close waits until the backend hung up while a statement may still run
+//     on it (lib/pq sends a cancel request but closes its socket without waiting for the
+//     server, which would give the permit back while the backend still works), and a context
+//     that ends interrupts a blocked read or write (lib/pq cannot), so the caller returns at
+//     its deadline even during a network partition.
+type sockConn struct {
+	net.Conn
+	check   *sockCheck // nil where the platform cannot peek
+	written atomic.Int64
+	armed   atomic.Bool // peek before the next write
+
+	// lib/pq only.
+	drainOnClose bool
+	busy         atomic.Bool // an operation used the connection since it was last idle
+	stop         func() bool // ends the current watch; nil when none
+	mu           sync.Mutex
+	watchGen     uint64 // guarded by mu: changes when a watch ends, so a late expiry does nothing
+
+	once     sync.Once
+	closeErr error
+}
+
+// errHungUpWhileIdle is what a write returns, having sent nothing, when the server closed the
+// connection (or sent something unasked) while it was idle.
+var errHungUpWhileIdle = errors.New("gated: the server closed the connection while it was idle; nothing was sent")
+
+func newSockConn(c net.Conn, drainOnClose bool) *sockConn {
+	return &sockConn{Conn: c, check: newSockCheck(c), drainOnClose: drainOnClose}
+}
+
+func (s *sockConn) Write(b []byte) (int, error) {
+	if s.armed.Load() {
+		s.armed.Store(false)
+		if s.check.peerGone() {
+			return 0, &net.OpError{Op: "write", Net: "tcp", Err: errHungUpWhileIdle}
+		}
+	}
+	n, err := s.Conn.Write(b)
+	s.written.Add(int64(n))
+	return n, err
+}
+
+// Close closes the socket. For lib/pq while an operation may still run on the server, it first
+// half-closes it and reads until the server closes its end, at most cleanupWait: a PostgreSQL
+// backend closes its socket only when it exits, after the statement it ran has ended and it read
+// Terminate. A connection abandoned while connecting, or closed while idle, is closed at once.
+func (s *sockConn) Close() error {
+	s.once.Do(func() {
+		s.endWatch()
+		if s.drainOnClose && s.busy.Load() {
+			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				s.Conn.SetReadDeadline(time.Now().Add(cleanupWait))
+				io.Copy(io.Discard, s.Conn)
+			}
+		}
+		s.closeErr = s.Conn.Close()
+	})
+	return s.closeErr
+}
+
+// cancelGrace is how long after a context ended a lib/pq socket's blocking calls are cut short.
+// lib/pq reacts to the context itself by sending the server a cancel request, and the statement
+// then ends with the server's error; but only if lib/pq notices the context before its call
+// returns: a socket cut at once would often win that race, and the server would go on running
+// the statement with nobody to cancel it. The grace lets lib/pq's cancel go first; it matters
+// only when the server does not answer, as in a network partition.
+const cancelGrace = 100 * time.Millisecond
+
+// watch makes the socket fail its blocking calls once ctx has ended for cancelGrace, until
+// unwatch.
+func (s *sockConn) watch(ctx context.Context) {
+	s.busy.Store(true)
+	s.unwatch()
+	if ctx.Done() == nil {
+		return
+	}
+	s.mu.Lock()
+	gen := s.watchGen
+	s.mu.Unlock()
+	s.stop = context.AfterFunc(ctx, func() {
+		t := time.NewTimer(cancelGrace)
+		<-t.C
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.watchGen == gen {
+			s.Conn.SetDeadline(time.Now())
+		}
+	})
+}
+
+// unwatch ends the watch; it reports false when the context ended meanwhile: the socket's
+// deadline may have passed, or may yet.
+func (s *sockConn) unwatch() bool {
+	if s.stop == nil {
+		return true
+	}
+	ok := s.stop()
+	s.stop = nil
+	s.endWatch()
+	return ok
+}
+
+// endWatch makes a pending expiry of the current watch do nothing.
+func (s *sockConn) endWatch() {
+	s.mu.Lock()
+	s.watchGen++
+	s.mu.Unlock()
+}
+
+// netConnSlot is the context key under which pool.dial asks gated's dialers for the socket of
+// the connection being made. Only dials that carry it are wrapped: pgx's cancel requests dial
+// through the same function, and their sockets are none of gated's business.
+type netConnSlot struct{}
+
+// wrapDialed wraps a socket dialed for a connection that pool.dial asked for through ctx.
+func wrapDialed(ctx context.Context, c net.Conn, drainOnClose bool) net.Conn {
+	slot, ok := ctx.Value(netConnSlot{}).(**sockConn)
+	if !ok {
+		return c
+	}
+	s := newSockConn(c, drainOnClose)
+	*slot = s // a failover dials again: the last socket is the connection's
+	return s
+}
