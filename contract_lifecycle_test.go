@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,45 +61,45 @@ func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-				adm := admin(t)
-				table := contractTable(t, adm, "commit", drv, "(id int, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)")
-				ctx := context.Background()
-				for i := range 10 {
-					tx := mustBegin(t, db)
-					if err := tc.work(ctx, tx, table, i); err != nil {
-						t.Fatal(err)
+				withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+					db, c, adm := e.db, e.c, e.adm
+					table := pgTable(t, adm, "id int, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED")
+					ctx := context.Background()
+					for i := range 10 {
+						tx := mustBegin(t, db)
+						if err := tc.work(ctx, tx, table, i); err != nil {
+							t.Fatal(err)
+						}
+						err := tx.Commit()
+						// The moment Commit returned, its permit must be back: a B=1, Q=0 gate, which
+						// refuses at once whatever finds the permit taken, admits the next transaction.
+						if s := c.Stats(); s.Running != 0 || s.Pool.InUse != 0 {
+							t.Fatalf("Commit returned (%v) with Running = %d, Pool.InUse = %d; want both 0", err, s.Running, s.Pool.InUse)
+						}
+						next, nextErr := db.BeginTx(ctx, nil)
+						if nextErr != nil {
+							t.Fatalf("a new transaction right after Commit returned: %v", nextErr)
+						}
+						if err := next.Rollback(); err != nil {
+							t.Fatal(err)
+						}
+						if !tc.want(err) {
+							t.Fatalf("Commit: unexpected result %v", err)
+						}
+						// The commit had finished: another session sees its row, or nothing.
+						var n int
+						if err := adm.QueryRow("SELECT count(*) FROM "+table+" WHERE id = $1", i).Scan(&n); err != nil {
+							t.Fatal(err)
+						}
+						want := 0
+						if err == nil {
+							want = 1
+						}
+						if n != want {
+							t.Fatalf("right after Commit returned %v, another session sees %d rows with id %d, want %d", err, n, i, want)
+						}
 					}
-					err := tx.Commit()
-					// The moment Commit returned, its permit must be back: a B=1, Q=0 gate, which
-					// refuses at once whatever finds the permit taken, admits the next transaction.
-					if s := c.Stats(); s.Running != 0 || s.Pool.InUse != 0 {
-						t.Fatalf("Commit returned (%v) with Running = %d, Pool.InUse = %d; want both 0", err, s.Running, s.Pool.InUse)
-					}
-					next, nextErr := db.BeginTx(ctx, nil)
-					if nextErr != nil {
-						t.Fatalf("a new transaction right after Commit returned: %v", nextErr)
-					}
-					if err := next.Rollback(); err != nil {
-						t.Fatal(err)
-					}
-					if !tc.want(err) {
-						t.Fatalf("Commit: unexpected result %v", err)
-					}
-					// The commit had finished: another session sees its row, or nothing.
-					var n int
-					if err := adm.QueryRow("SELECT count(*) FROM "+table+" WHERE id = $1", i).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					want := 0
-					if err == nil {
-						want = 1
-					}
-					if n != want {
-						t.Fatalf("right after Commit returned %v, another session sees %d rows with id %d, want %d", err, n, i, want)
-					}
-				}
-				checkQuiet(t, db, c)
+				})
 			})
 		}
 	})
@@ -106,10 +107,9 @@ func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 
 // Condition 2.
 func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
-		table := contractTable(t, adm, "rollback", drv, "(id int PRIMARY KEY)")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		table := pgTable(t, adm, "id int PRIMARY KEY")
 		ctx := context.Background()
 		for _, stmt := range []string{
 			"SELECT 1/0", // 22012
@@ -143,15 +143,13 @@ func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 		if s := c.Stats(); s.Pool.Opened != 1 || s.Pool.Closed != 0 {
 			t.Errorf("rolled-back connections were discarded: opened %d, closed %d; want 1, 0", s.Pool.Opened, s.Pool.Closed)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 3.
 func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
 		h := hold(t, db)
 		before := c.Stats()
 		var killed bool
@@ -186,14 +184,13 @@ func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *tes
 		if s := c.Stats(); s.Pool.Opened != before.Pool.Opened+1 || s.Pool.Closed != before.Pool.Closed+1 {
 			t.Errorf("the next operation did not run on one new connection: pool before %+v, after %+v", before.Pool, s.Pool)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 4.
 func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		ctx := context.Background()
 		held := func(what string) {
 			t.Helper()
@@ -267,7 +264,6 @@ func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 			t.Fatalf("QueryRow: %d, %v", v, err)
 		}
 		released("after QueryRow().Scan")
-		checkQuiet(t, db, c)
 	})
 }
 
@@ -275,12 +271,11 @@ func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 
 // Condition 5.
 func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		const refusals = 350 // 50 of each kind of operation
-		// P = B: every physical connection the gate may open is open and in a held transaction, so a
-		// refusal that talked to the server would have to open a new one or touch a held one.
-		db, c, app := openPG(t, drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=1m")
-		adm := admin(t)
+	const refusals = 350 // 50 of each kind of operation
+	// P = B: every physical connection the gate may open is open and in a held transaction, so a
+	// refusal that talked to the server would have to open a new one or touch a held one.
+	runPG(t, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
 		h1, h2 := hold(t, db), hold(t, db)
 		w1 := beginQueued(t, db, c, context.Background())
 		w2 := beginQueued(t, db, c, context.Background())
@@ -326,42 +321,14 @@ func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) 
 			}
 			r.tx.Commit()
 		}
-		checkQuiet(t, db, c)
 	})
-}
-
-// appActivity describes the backends of app: pid, state, when the state last changed and the
-// last statement. It changes whenever one of them runs anything or a backend comes or goes.
-func appActivity(t testing.TB, adm *sql.DB, app string) string {
-	t.Helper()
-	rows, err := adm.Query(`SELECT pid, state, state_change, query FROM pg_stat_activity
-		WHERE application_name = $1 ORDER BY pid`, app)
-	if err != nil {
-		t.Fatalf("pg_stat_activity: %v", err)
-	}
-	defer rows.Close()
-	var out string
-	for rows.Next() {
-		var pid int
-		var state, query string
-		var changed time.Time
-		if err := rows.Scan(&pid, &state, &changed, &query); err != nil {
-			t.Fatal(err)
-		}
-		out += fmt.Sprintf("  pid %d %s since %s: %s\n", pid, state, changed.Format(time.RFC3339Nano), query)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // Condition 6.
 func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
-		table := contractTable(t, adm, "demo", drv, "(id int PRIMARY KEY)")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		table := pgTable(t, adm, "id int PRIMARY KEY")
 		ctx := context.Background()
 
 		first := mustBegin(t, db)
@@ -390,14 +357,13 @@ func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) 
 		if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil || n != 2 {
 			t.Errorf("table has %d rows (%v), want both transactions' rows", n, err)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 7.
 func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		ctx := context.Background()
 		stmt, err := db.PrepareContext(ctx, "SELECT 1") // prepared while the permit is free
 		if err != nil {
@@ -424,15 +390,14 @@ func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 			t.Errorf("refusals changed more than RejectedFull: before %+v, after %+v", before, s)
 		}
 		h.commit(t)
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 8.
 func TestContractThousandRefusalsConsumeNoPermit(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const refusals, workers = 1000, 4
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m")
+		db, c := e.db, e.c
 		h := hold(t, db)
 		queued := beginQueued(t, db, c, context.Background())
 
@@ -474,7 +439,6 @@ func TestContractThousandRefusalsConsumeNoPermit(t *testing.T) {
 		if err := r.tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
@@ -482,9 +446,9 @@ func TestContractThousandRefusalsConsumeNoPermit(t *testing.T) {
 
 // Condition 9.
 func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=50ms", func(t *testing.T, e *pgEnv) {
 		const wait = 50 * time.Millisecond
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=50ms")
+		db, c := e.db, e.c
 		h := hold(t, db)
 		// Q=1: if a timed-out wait kept its admission permit, the second and third calls would be
 		// refused with ErrAdmissionFull instead of waiting.
@@ -507,14 +471,13 @@ func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 			}
 		}
 		h.commit(t)
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 10.
 func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		h := hold(t, db)
 		for _, name := range []string{"Exec", "Begin", "Query"} {
 			before := c.Stats()
@@ -539,14 +502,13 @@ func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing
 			}
 		}
 		h.commit(t)
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 11.
 func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		h := hold(t, db)
 		var slowest time.Duration
 		for _, op := range gateOps {
@@ -572,7 +534,6 @@ func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 		}
 		t.Logf("slowest return after cancel: %v", slowest)
 		h.commit(t)
-		checkQuiet(t, db, c)
 	})
 }
 
@@ -586,167 +547,168 @@ func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		t.Run("tries once", func(t *testing.T) {
-			db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=0")
-			h := hold(t, db) // a free permit is taken at once
-			before := c.Stats()
-			for _, op := range gateOps {
-				start := time.Now()
-				err := op.run(context.Background(), db)
-				// Q=2 leaves admission room: the refusal is the failed try, not ErrAdmissionFull.
-				checkGateRefusal(t, op.name, err, ErrAdmissionTimeout)
-				if d := time.Since(start); d > time.Second {
-					t.Errorf("%s: refused after %v; with gate_queue_wait=0 it must not wait", op.name, d)
-				}
-				if s := c.Stats(); s.Waiting != 0 {
-					t.Fatalf("%s: Waiting = %d with gate_queue_wait=0", op.name, s.Waiting)
-				}
-			}
-			if s := c.Stats(); s.RejectedTimeout != before.RejectedTimeout+int64(len(gateOps)) ||
-				s.RejectedFull != before.RejectedFull || s.Admitted != before.Admitted || s.Running != 1 {
-				t.Errorf("before %+v, after %+v; want RejectedTimeout +%d only", before, s, len(gateOps))
-			}
-			h.commit(t)
-
-			// Under contention nobody ever waits either.
-			stop := make(chan struct{})
-			var maxWaiting atomic.Int64
-			var sampler sync.WaitGroup
-			sampler.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
+			withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=0", func(t *testing.T, e *pgEnv) {
+				db, c := e.db, e.c
+				h := hold(t, db) // a free permit is taken at once
+				before := c.Stats()
+				for _, op := range gateOps {
+					start := time.Now()
+					err := op.run(context.Background(), db)
+					// Q=2 leaves admission room: the refusal is the failed try, not ErrAdmissionFull.
+					checkGateRefusal(t, op.name, err, ErrAdmissionTimeout)
+					if d := time.Since(start); d > time.Second {
+						t.Errorf("%s: refused after %v; with gate_queue_wait=0 it must not wait", op.name, d)
 					}
-					storeMax(&maxWaiting, int64(c.Stats().Waiting))
+					if s := c.Stats(); s.Waiting != 0 {
+						t.Fatalf("%s: Waiting = %d with gate_queue_wait=0", op.name, s.Waiting)
+					}
 				}
-			})
-			var ok, tried atomic.Int64
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					for range 20 {
-						_, err := db.ExecContext(context.Background(), "SELECT 1")
-						switch {
-						case err == nil:
-							ok.Add(1)
-						case errors.Is(err, ErrAdmissionTimeout):
-							tried.Add(1)
+				if s := c.Stats(); s.RejectedTimeout != before.RejectedTimeout+int64(len(gateOps)) ||
+					s.RejectedFull != before.RejectedFull || s.Admitted != before.Admitted || s.Running != 1 {
+					t.Errorf("before %+v, after %+v; want RejectedTimeout +%d only", before, s, len(gateOps))
+				}
+				h.commit(t)
+
+				// Under contention nobody ever waits either.
+				stop := make(chan struct{})
+				var maxWaiting atomic.Int64
+				var sampler sync.WaitGroup
+				sampler.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
 						default:
-							t.Errorf("try-once caller: %v", err)
 						}
+						storeMax(&maxWaiting, int64(c.Stats().Waiting))
 					}
 				})
-			}
-			wg.Wait()
-			close(stop)
-			sampler.Wait()
-			t.Logf("160 try-once calls: %d ran, %d refused", ok.Load(), tried.Load())
-			if n := maxWaiting.Load(); n != 0 {
-				t.Errorf("Waiting reached %d with gate_queue_wait=0", n)
-			}
-			if s := c.Stats(); s.WaitDuration != 0 {
-				t.Errorf("WaitDuration = %v with gate_queue_wait=0", s.WaitDuration)
-			}
-			checkQuiet(t, db, c)
-		})
-
-		t.Run("never jumps the queue", func(t *testing.T) {
-			const rounds = 5
-			db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m")
-			setQueueWait := func(d time.Duration) {
-				c.gate.mu.Lock()
-				c.gate.queueWait = d
-				c.gate.mu.Unlock()
-			}
-			var jumped, tried atomic.Int64
-			// hammer starts try-once callers that run until the returned stop is called (at the
-			// latest at cleanup, before the DB closes).
-			hammer := func() (stop func()) {
-				done := make(chan struct{})
+				var ok, tried atomic.Int64
 				var wg sync.WaitGroup
-				for range 4 {
+				for range 8 {
 					wg.Go(func() {
-						for {
-							select {
-							case <-done:
-								return
-							default:
-							}
-							// Bounded, so that a caller that got in where it must not cannot hang
-							// the test waiting for the only physical connection.
-							ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-							_, err := db.ExecContext(ctx, "SELECT 1")
-							cancel()
+						for range 20 {
+							_, err := db.ExecContext(context.Background(), "SELECT 1")
 							switch {
 							case err == nil:
-								jumped.Add(1)
+								ok.Add(1)
 							case errors.Is(err, ErrAdmissionTimeout):
 								tried.Add(1)
 							default:
-								t.Errorf("try-once caller neither ran nor was refused (did it get in during a hand-over?): %v", err)
-								return
+								t.Errorf("try-once caller: %v", err)
 							}
 						}
 					})
 				}
-				var once sync.Once
-				stop = func() { once.Do(func() { close(done); wg.Wait() }) }
-				t.Cleanup(stop)
-				return stop
-			}
-			refusedMore := func() {
-				t.Helper()
-				n := tried.Load()
-				waitFor(t, "try-once callers refused", func() bool { return tried.Load() >= n+20 })
-			}
-
-			cur := hold(t, db).tx
-			for i := range rounds {
-				// One waiter queues, then arrivals try once. Running + waiting = 2 < B+Q = 3, so
-				// they pass admission and are refused only for want of an execution permit.
-				queued := beginQueued(t, db, c, context.Background())
-				setQueueWait(0)
-				stop := hammer()
-				refusedMore()
-				// Commit hands the only permit to the waiter, which leaves the queue empty: a
-				// release that freed the permit first and let the waiter take it on waking would
-				// give the try-once callers a moment to run.
-				err := cur.Commit()
-				r := <-queued
-				refusedMore()
-				stop()
-				if err != nil || r.err != nil {
-					t.Fatalf("round %d: Commit: %v; waiter: %v", i, err, r.err)
+				wg.Wait()
+				close(stop)
+				sampler.Wait()
+				t.Logf("160 try-once calls: %d ran, %d refused", ok.Load(), tried.Load())
+				if n := maxWaiting.Load(); n != 0 {
+					t.Errorf("Waiting reached %d with gate_queue_wait=0", n)
 				}
-				cur = r.tx
-				setQueueWait(time.Minute)
-			}
-			if j := jumped.Load(); j != 0 {
-				t.Errorf("%d try-once callers ran while the permit went from a committing transaction to the waiter", j)
-			}
-			if err := cur.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			// With nobody waiting, a try-once caller takes the free permit.
-			setQueueWait(0)
-			if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
-				t.Errorf("try-once caller with a free permit: %v", err)
-			}
-			t.Logf("%d try-once calls refused during %d hand-overs", tried.Load(), rounds)
-			checkQuiet(t, db, c)
+				if s := c.Stats(); s.WaitDuration != 0 {
+					t.Errorf("WaitDuration = %v with gate_queue_wait=0", s.WaitDuration)
+				}
+			})
+		})
+
+		t.Run("never jumps the queue", func(t *testing.T) {
+			const rounds = 5
+			withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+				db, c := e.db, e.c
+				setQueueWait := func(d time.Duration) {
+					c.gate.mu.Lock()
+					c.gate.queueWait = d
+					c.gate.mu.Unlock()
+				}
+				var jumped, tried atomic.Int64
+				// hammer starts try-once callers that run until the returned stop is called (at the
+				// latest at cleanup, before the DB closes).
+				hammer := func() (stop func()) {
+					done := make(chan struct{})
+					var wg sync.WaitGroup
+					for range 4 {
+						wg.Go(func() {
+							for {
+								select {
+								case <-done:
+									return
+								default:
+								}
+								// Bounded, so that a caller that got in where it must not cannot hang
+								// the test waiting for the only physical connection.
+								ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+								_, err := db.ExecContext(ctx, "SELECT 1")
+								cancel()
+								switch {
+								case err == nil:
+									jumped.Add(1)
+								case errors.Is(err, ErrAdmissionTimeout):
+									tried.Add(1)
+								default:
+									t.Errorf("try-once caller neither ran nor was refused (did it get in during a hand-over?): %v", err)
+									return
+								}
+							}
+						})
+					}
+					var once sync.Once
+					stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+					t.Cleanup(stop)
+					return stop
+				}
+				refusedMore := func() {
+					t.Helper()
+					n := tried.Load()
+					waitFor(t, "try-once callers refused", func() bool { return tried.Load() >= n+20 })
+				}
+
+				cur := hold(t, db).tx
+				for i := range rounds {
+					// One waiter queues, then arrivals try once. Running + waiting = 2 < B+Q = 3, so
+					// they pass admission and are refused only for want of an execution permit.
+					queued := beginQueued(t, db, c, context.Background())
+					setQueueWait(0)
+					stop := hammer()
+					refusedMore()
+					// Commit hands the only permit to the waiter, which leaves the queue empty: a
+					// release that freed the permit first and let the waiter take it on waking would
+					// give the try-once callers a moment to run.
+					err := cur.Commit()
+					r := <-queued
+					refusedMore()
+					stop()
+					if err != nil || r.err != nil {
+						t.Fatalf("round %d: Commit: %v; waiter: %v", i, err, r.err)
+					}
+					cur = r.tx
+					setQueueWait(time.Minute)
+				}
+				if j := jumped.Load(); j != 0 {
+					t.Errorf("%d try-once callers ran while the permit went from a committing transaction to the waiter", j)
+				}
+				if err := cur.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				// With nobody waiting, a try-once caller takes the free permit.
+				setQueueWait(0)
+				if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
+					t.Errorf("try-once caller with a free permit: %v", err)
+				}
+				t.Logf("%d try-once calls refused during %d hand-overs", tried.Load(), rounds)
+			})
 		})
 	})
 }
 
 // Condition 13.
 func TestContractWaitersServedInArrivalOrder(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=8&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const waiters = 8
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=8&gate_queue_wait=1m")
-		adm := admin(t)
+		db, c, adm := e.db, e.c, e.adm
 		// B=1 runs one statement at a time, so the serial column numbers the admissions.
-		table := contractTable(t, adm, "fifo", drv, "(seq bigserial PRIMARY KEY, waiter int)")
+		table := pgTable(t, adm, "seq bigserial PRIMARY KEY, waiter int")
 		insert := "INSERT INTO " + table + " (waiter) VALUES ($1)"
 		h := hold(t, db)
 		var wg sync.WaitGroup
@@ -798,14 +760,13 @@ func TestContractWaitersServedInArrivalOrder(t *testing.T) {
 				t.Fatalf("waiters served in order %v, want arrival order", order)
 			}
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 14.
 func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		h := hold(t, db)
 		before := c.Stats()
 
@@ -879,15 +840,14 @@ func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 		if s := c.Stats(); s.Canceled != before.Canceled+1+rounds || s.Admitted != before.Admitted+1+rounds {
 			t.Errorf("before %+v, after %+v; want Canceled and Admitted +%d", before, s, 1+rounds)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 15.
 func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=3&gate_concurrent=3&gate_queue=4&gate_queue_wait=20ms", func(t *testing.T, e *pgEnv) {
 		const b, q, workers, rounds = 3, 4, 16, 15
-		db, c, _ := openPG(t, drv, "gate_max_conns=3&gate_concurrent=3&gate_queue=4&gate_queue_wait=20ms")
+		db, c := e.db, e.c
 		before := c.Stats()
 
 		stop := make(chan struct{})
@@ -979,7 +939,6 @@ func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
 		if n := violations.Load(); n != 0 {
 			t.Errorf("%d samples exceeded B or B+Q", n)
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
@@ -1001,9 +960,8 @@ var cancelStatements = []cancelStatement{
 
 // Condition 16.
 func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, app := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
 			ctx, cancel := context.WithCancel(context.Background())
 			tx, err := db.BeginTx(ctx, nil)
@@ -1026,15 +984,13 @@ func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 				t.Errorf("%s: the cancelled transaction was not rolled back by database/sql: %v", st.name, err)
 			}
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 17.
 func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, app := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -1055,7 +1011,7 @@ func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.
 		// as soon as it is made, every 50ms. In the second query each row catches the cancel and
 		// the query goes on: the server works on after the caller gave up, and its next rows
 		// keep coming until the query ends.
-		slowRow := contractFunction(t, adm, "slow_row", drv, `(g int) RETURNS text LANGUAGE plpgsql AS $$
+		slowRow := pgFunction(t, adm, `(g int) RETURNS text LANGUAGE plpgsql AS $$
 			BEGIN
 				BEGIN
 					PERFORM pg_sleep(0.05);
@@ -1099,17 +1055,15 @@ func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.
 			checkRelease(t, release, q.marker)
 			rows.Close()
 		}
-		checkQuiet(t, db, c)
 	})
 }
 
 // Condition 18.
 func TestContractCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		const b, q = 2, 4
-		// P > B: a permit released too early would let a (B+1)th statement run on the server.
-		db, c, app := openPG(t, drv, "gate_max_conns=4&gate_concurrent=2&gate_queue=4&gate_queue_wait=1m")
-		adm := admin(t)
+	const b, q = 2, 4
+	// P > B: a permit released too early would let a (B+1)th statement run on the server.
+	runPG(t, "gate_max_conns=4&gate_concurrent=2&gate_queue=4&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
 
 		// sample watches the gate and the server until stop closes; check reports what it saw.
 		sample := func(minRunning int) (stop func(), check func(phase string)) {
@@ -1246,6 +1200,50 @@ func TestContractCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T)
 			t.Errorf("the long holder's work failed: %v", err)
 		}
 		long.commit(t)
-		checkQuiet(t, db, c)
 	})
+}
+
+// A releaseSample is what watchRelease saw when the permit came back.
+type releaseSample struct {
+	active int // backends of the app still running the watched statement at that moment
+	err    error
+}
+
+// watchRelease watches a gate that has a permit taken, from now on, and sends on the returned
+// channel how many backends of app were running a statement containing marker at the moment
+// Running dropped to 0. I4 wants none: a permit comes back only after the server stopped working
+// for the operation that held it. It spins instead of sleeping so that the sample follows the
+// release as closely as possible; start it before the caller gives up.
+func watchRelease(c *Connector, adm *sql.DB, app, marker string) <-chan releaseSample {
+	ch := make(chan releaseSample, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for c.Stats().Running > 0 {
+			if time.Now().After(deadline) {
+				ch <- releaseSample{err: fmt.Errorf("the permit did not come back within 20s: %+v", c.Stats())}
+				return
+			}
+			runtime.Gosched()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var s releaseSample
+		s.err = adm.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'active' AND strpos(query, $2) > 0`, app, marker).Scan(&s.active)
+		ch <- s
+	}()
+	return ch
+}
+
+// checkRelease receives from a watchRelease channel and reports a permit that came back while
+// the server still worked.
+func checkRelease(t testing.TB, ch <-chan releaseSample, marker string) {
+	t.Helper()
+	s := <-ch
+	if s.err != nil {
+		t.Fatalf("watching the release: %v", s.err)
+	}
+	if s.active != 0 {
+		t.Errorf("Running dropped to 0 while %d backends still ran %q: the permit came back before the server stopped", s.active, marker)
+	}
 }

@@ -35,12 +35,11 @@ import (
 // 57014, which reaches the caller unchanged; the transaction is rolled back, and the setting ends
 // with it.
 func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		// One physical connection, so that the next operation provably runs on the connection
-		// the timeout hit.
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1")
-		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key")
+	// One physical connection, so that the next operation provably runs on the connection the
+	// timeout hit.
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
+		db, adm, drv := e.db, e.adm, e.drv
+		table := pgTable(t, adm, "id int primary key")
 		ctx := context.Background()
 
 		tx, err := db.BeginTx(ctx, nil)
@@ -54,7 +53,7 @@ func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = tx.ExecContext(ctx, "SELECT pg_sleep(2)")
-		if code := srvSQLState(drv, err); code != "57014" {
+		if code := driverSQLState(drv, err); code != "57014" {
 			t.Fatalf("pg_sleep(2) under statement_timeout 100ms: got %v (SQLSTATE %q), want SQLSTATE 57014", err, code)
 		}
 		if isGateError(err) || errors.Is(err, driver.ErrBadConn) {
@@ -75,17 +74,15 @@ func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SHOW statement_timeout").Scan(&setting); err != nil || setting != "0" {
 			t.Errorf("next operation: statement_timeout = %q, %v; want \"0\"", setting, err)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
 // Condition 20: a lock_timeout while another session holds the row lock fails with 55P03, in
 // a transaction and in autocommit, and the permits come back at once.
 func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=0")
-		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key, v int")
+	runPG(t, "gate_max_conns=2&gate_concurrent=2&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, adm, drv := e.db, e.c, e.adm, e.drv
+		table := pgTable(t, adm, "id int primary key, v int")
 		if _, err := adm.Exec("INSERT INTO " + table + " VALUES (1, 0)"); err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +110,7 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = tx.ExecContext(ctx, stmt)
-			if code := srvSQLState(drv, err); code != "55P03" {
+			if code := driverSQLState(drv, err); code != "55P03" {
 				t.Errorf("%s with the row locked elsewhere: got %v (SQLSTATE %q), want 55P03", stmt, err, code)
 			}
 			if err := tx.Rollback(); err != nil {
@@ -127,7 +124,7 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 		// Without a transaction block too: the statements run in one implicit transaction, whose
 		// abort also undoes the SET.
 		_, err = db.ExecContext(ctx, "SET lock_timeout = '50ms'; UPDATE "+table+" SET v = v + 1 WHERE id = 1")
-		if code := srvSQLState(drv, err); code != "55P03" {
+		if code := driverSQLState(drv, err); code != "55P03" {
 			t.Errorf("autocommit UPDATE with the row locked elsewhere: got %v (SQLSTATE %q), want 55P03", err, code)
 		}
 		if err := holder.Rollback(); err != nil {
@@ -139,7 +136,6 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 		if _, err := db.ExecContext(ctx, "UPDATE "+table+" SET v = v + 1 WHERE id = 1"); err != nil {
 			t.Errorf("UPDATE after the lock was released: %v", err)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -147,59 +143,59 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 // refuses the session. Creating the database makes the same gate work, with no permit lost.
 func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		adm := admin(t)
 		dbName := fmt.Sprintf("gated_srv_missing_%d_%s", time.Now().UnixNano()%1e9, drv)
 		base := strings.Replace(pgtest.URL(t), "/postgres?", "/"+dbName+"?", 1)
 		if !strings.Contains(base, dbName) {
 			t.Skipf("test server URL %q does not name database postgres", pgtest.URL(t))
 		}
-		db, c, _ := openPGAt(t, base, drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=2s")
-		ctx := context.Background()
+		withPG(t, base, drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=2s", func(t *testing.T, e *pgEnv) {
+			db, c, adm := e.db, e.c, e.adm
+			ctx := context.Background()
 
-		for i := range 3 {
-			var one int
-			err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-			if err == nil {
-				t.Fatalf("query %d on a database that does not exist succeeded", i)
+			for i := range 3 {
+				var one int
+				err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				if err == nil {
+					t.Fatalf("query %d on a database that does not exist succeeded", i)
+				}
+				if code := driverSQLState(drv, err); code != "3D000" {
+					t.Errorf("got %v (SQLSTATE %q), want invalid_catalog_name 3D000", err, code)
+				}
+				if i == 0 {
+					t.Logf("error: %v", err)
+				}
+				if !strings.Contains(err.Error(), dbName) || isGateError(err) || errors.Is(err, driver.ErrBadConn) {
+					t.Errorf("error %q should name the database and be neither a gate error nor ErrBadConn", err)
+				}
+				if s := c.Stats(); s.Running != 0 || s.Pool.Open != 0 || s.Pool.InUse != 0 {
+					t.Errorf("after a refused connection: Running %d, Pool.Open %d, Pool.InUse %d; want 0",
+						s.Running, s.Pool.Open, s.Pool.InUse)
+				}
 			}
-			if code := srvSQLState(drv, err); code != "3D000" {
-				t.Errorf("got %v (SQLSTATE %q), want invalid_catalog_name 3D000", err, code)
+			// A burst: every caller fails the same way (or is refused by the gate), none hangs.
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					_, err := db.ExecContext(ctx, "SELECT 1")
+					if err == nil || !(driverSQLState(drv, err) == "3D000" || isGateError(err)) {
+						t.Errorf("burst on a missing database: %v", err)
+					}
+				})
 			}
-			if i == 0 {
-				t.Logf("error: %v", err)
+			wg.Wait()
+			if s := c.Stats(); s.Pool.ConnectErrors < 3 {
+				t.Errorf("Pool.ConnectErrors = %d, want every failed connection counted", s.Pool.ConnectErrors)
 			}
-			if !strings.Contains(err.Error(), dbName) || isGateError(err) || errors.Is(err, driver.ErrBadConn) {
-				t.Errorf("error %q should name the database and be neither a gate error nor ErrBadConn", err)
+
+			if _, err := adm.Exec("CREATE DATABASE " + dbName); err != nil {
+				t.Fatal(err)
 			}
-			if s := c.Stats(); s.Running != 0 || s.Pool.Open != 0 || s.Pool.InUse != 0 {
-				t.Errorf("after a refused connection: Running %d, Pool.Open %d, Pool.InUse %d; want 0",
-					s.Running, s.Pool.Open, s.Pool.InUse)
-			}
-		}
-		// A burst: every caller fails the same way (or is refused by the gate), none hangs.
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				_, err := db.ExecContext(ctx, "SELECT 1")
-				if err == nil || !(srvSQLState(drv, err) == "3D000" || isGateError(err)) {
-					t.Errorf("burst on a missing database: %v", err)
+			t.Cleanup(func() {
+				if _, err := adm.Exec("DROP DATABASE IF EXISTS " + dbName + " WITH (FORCE)"); err != nil {
+					t.Errorf("dropping database %s: %v", dbName, err)
 				}
 			})
-		}
-		wg.Wait()
-		if s := c.Stats(); s.Pool.ConnectErrors < 3 {
-			t.Errorf("Pool.ConnectErrors = %d, want every failed connection counted", s.Pool.ConnectErrors)
-		}
-
-		if _, err := adm.Exec("CREATE DATABASE " + dbName); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if _, err := adm.Exec("DROP DATABASE IF EXISTS " + dbName + " WITH (FORCE)"); err != nil {
-				t.Errorf("dropping database %s: %v", dbName, err)
-			}
 		})
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -208,87 +204,88 @@ func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testin
 func TestContractServerAtMaxConnectionsFailsClearlyAndGateRecovers(t *testing.T) {
 	cluster := pgtest.NewCluster(t, "max_connections=6", "superuser_reserved_connections=0")
 	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPGAt(t, cluster.URL(), drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=2s")
-		ctx := context.Background()
+		withPG(t, cluster.URL(), drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=2s", func(t *testing.T, e *pgEnv) {
+			db, c := e.db, e.c
+			ctx := context.Background()
 
-		// Take every slot with plain pgx connections.
-		var fillers []*pgx.Conn
-		closeFillers := func() {
-			for _, f := range fillers {
-				f.Close(ctx)
-			}
-			fillers = nil
-		}
-		t.Cleanup(closeFillers)
-		for {
-			f, err := pgx.Connect(ctx, cluster.URL())
-			if err != nil {
-				if !strings.Contains(err.Error(), "53300") {
-					t.Fatalf("filling max_connections: %v", err)
+			// Take every slot with plain pgx connections.
+			var fillers []*pgx.Conn
+			closeFillers := func() {
+				for _, f := range fillers {
+					f.Close(ctx)
 				}
-				break
+				fillers = nil
 			}
-			fillers = append(fillers, f)
-			if len(fillers) > 20 {
-				t.Fatal("max_connections=6 let more than 20 connections in")
+			t.Cleanup(closeFillers)
+			for {
+				f, err := pgx.Connect(ctx, cluster.URL())
+				if err != nil {
+					if !strings.Contains(err.Error(), "53300") {
+						t.Fatalf("filling max_connections: %v", err)
+					}
+					break
+				}
+				fillers = append(fillers, f)
+				if len(fillers) > 20 {
+					t.Fatal("max_connections=6 let more than 20 connections in")
+				}
 			}
-		}
 
-		for i := range 3 {
-			_, err := db.ExecContext(ctx, "SELECT 1")
-			if code := srvSQLState(drv, err); code != "53300" {
-				t.Fatalf("call %d with the server full: got %v (SQLSTATE %q), want too_many_connections 53300", i, err, code)
+			for i := range 3 {
+				_, err := db.ExecContext(ctx, "SELECT 1")
+				if code := driverSQLState(drv, err); code != "53300" {
+					t.Fatalf("call %d with the server full: got %v (SQLSTATE %q), want too_many_connections 53300", i, err, code)
+				}
+				if i == 0 {
+					t.Logf("error: %v", err)
+				}
+				if isGateError(err) || errors.Is(err, driver.ErrBadConn) {
+					t.Errorf("error %v is a gate error or ErrBadConn", err)
+				}
+				if s := c.Stats(); s.Running != 0 || s.Pool.Open != 0 {
+					t.Errorf("after a refused connection: Running %d, Pool.Open %d; want 0", s.Running, s.Pool.Open)
+				}
 			}
-			if i == 0 {
-				t.Logf("error: %v", err)
+			tx, err := db.BeginTx(ctx, nil)
+			if code := driverSQLState(drv, err); code != "53300" {
+				t.Fatalf("BeginTx with the server full: got %v, want 53300", err)
+			} else if tx != nil {
+				t.Fatal("BeginTx returned a transaction with its error")
 			}
-			if isGateError(err) || errors.Is(err, driver.ErrBadConn) {
-				t.Errorf("error %v is a gate error or ErrBadConn", err)
-			}
-			if s := c.Stats(); s.Running != 0 || s.Pool.Open != 0 {
-				t.Errorf("after a refused connection: Running %d, Pool.Open %d; want 0", s.Running, s.Pool.Open)
-			}
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		if code := srvSQLState(drv, err); code != "53300" {
-			t.Fatalf("BeginTx with the server full: got %v, want 53300", err)
-		} else if tx != nil {
-			t.Fatal("BeginTx returned a transaction with its error")
-		}
 
-		// One slot free: the gate recovers.
-		fillers[0].Close(ctx)
-		fillers = fillers[1:]
-		waitFor(t, "a free slot", func() bool {
-			var one int
-			return db.QueryRowContext(ctx, "SELECT 1").Scan(&one) == nil
+			// One slot free: the gate recovers.
+			fillers[0].Close(ctx)
+			fillers = fillers[1:]
+			waitFor(t, "a free slot", func() bool {
+				var one int
+				return db.QueryRowContext(ctx, "SELECT 1").Scan(&one) == nil
+			})
+			closeFillers()
+			// The fillers' server processes exit asynchronously; the permit check needs B slots.
+			waitFor(t, "the fillers' backends gone", func() bool {
+				var n int
+				err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").Scan(&n)
+				return err == nil && n <= c.Stats().Pool.Open
+			})
 		})
-		closeFillers()
-		// The fillers' server processes exit asynchronously; the permit check needs B slots.
-		waitFor(t, "the fillers' backends gone", func() bool {
-			var n int
-			err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'").Scan(&n)
-			return err == nil && n <= c.Stats().Pool.Open
-		})
-		srvQuiet(t, db, c)
 	})
 }
 
 // --- Pool exhaustion and connection health ---
 
-// srvLoad is what srvMixedOverload saw.
-type srvLoad struct {
+// mixedLoad is what runMixedOverload saw.
+type mixedLoad struct {
 	ok, refused                      int64
 	maxRunning, maxAdmitted, maxOpen int64
 	maxBackends, samples             int64
 }
 
-// srvMixedOverload runs callers goroutines of a mixed workload against db for rounds operations
+// runMixedOverload runs callers goroutines of a mixed workload against db for rounds operations
 // each — Exec, Query, QueryRow, a transaction, a statement shared by all callers, a statement
 // prepared per call and a pinned *sql.Conn — while sampling the gate, the pool and, when adm is
 // not nil, the server connections of application app in pg_stat_activity. Every operation must
 // succeed or be refused by the gate.
-func srvMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, table string, callers, rounds int) srvLoad {
+func runMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, table string, callers, rounds int) mixedLoad {
 	t.Helper()
 	ctx := context.Background()
 	shared, err := db.PrepareContext(ctx, "SELECT count(*) FROM "+table+" WHERE v = $1")
@@ -363,7 +360,7 @@ func srvMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, 
 		},
 	}
 
-	var load srvLoad
+	var load mixedLoad
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
@@ -422,14 +419,13 @@ func srvMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, 
 // (pg_stat_activity) under 10×(B+Q) callers of a mixed workload. TestPGOverloadKeepsEveryBudget
 // (driver_test.go) checks the same bound with one kind of transaction.
 func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		// B = P, the most a single workload may take: every connection the pool may open is
-		// in use at the peak.
-		const p, b, q = 5, 5, 5
-		db, c, app := openPG(t, drv, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=100ms", p, b, q))
-		adm := admin(t)
-		table := srvTable(t, adm, "id serial primary key, v int")
-		load := srvMixedOverload(t, db, c, adm, app, table, 10*(b+q), 30)
+	// B = P, the most a single workload may take: every connection the pool may open is in use
+	// at the peak.
+	const p, b, q = 5, 5, 5
+	runPG(t, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=100ms", p, b, q), func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
+		table := pgTable(t, adm, "id serial primary key, v int")
+		load := runMixedOverload(t, db, c, adm, app, table, 10*(b+q), 30)
 		if load.refused == 0 {
 			t.Error("10×(B+Q) callers were never refused: the load did not reach the gate's limits")
 		}
@@ -439,7 +435,7 @@ func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 		if load.maxRunning > b || load.maxAdmitted > b+q {
 			t.Errorf("running reached %d (B=%d), running+waiting %d (B+Q=%d)", load.maxRunning, b, load.maxAdmitted, b+q)
 		}
-		srvQuiet(t, db, c)
+		waitIdle(t, c)
 		if n := backends(t, adm, app); n > p {
 			t.Errorf("%d server connections after the load, P=%d", n, p)
 		}
@@ -451,16 +447,14 @@ func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 // *sql.DB with MaxOpenConns below B+Q does wait in database/sql.
 func TestContractMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
 	const params = "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=50ms"
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, app := openPG(t, drv, params)
-		adm := admin(t)
-		table := srvTable(t, adm, "id serial primary key, v int")
-		srvMixedOverload(t, db, c, nil, app, table, 80, 30)
+	runPG(t, params, func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
+		table := pgTable(t, adm, "id serial primary key, v int")
+		runMixedOverload(t, db, c, nil, app, table, 80, 30)
 		if s := db.Stats(); s.WaitCount != 0 || s.WaitDuration != 0 || s.MaxOpenConnections != 0 {
 			t.Errorf("database/sql stats of a gated.Open DB under load: WaitCount %d, WaitDuration %v, MaxOpenConnections %d; want 0, 0, 0",
 				s.WaitCount, s.WaitDuration, s.MaxOpenConnections)
 		}
-		srvQuiet(t, db, c)
 	})
 	t.Run("control: MaxOpenConns below B+Q waits", func(t *testing.T) {
 		dsn, app := pgDSN(t, pgtest.URL(t), "pgx", params)
@@ -476,13 +470,13 @@ func TestContractMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		db.SetMaxOpenConns(2)
 		adm := admin(t)
-		table := srvTable(t, adm, "id serial primary key, v int")
-		srvMixedOverload(t, db, c, nil, app, table, 80, 4)
+		table := pgTable(t, adm, "id serial primary key, v int")
+		runMixedOverload(t, db, c, nil, app, table, 80, 4)
 		if s := db.Stats(); s.WaitCount == 0 {
 			t.Errorf("MaxOpenConns=2 under 80 callers: WaitCount = 0; the measure cannot tell")
 		}
 		db.SetMaxOpenConns(0) // the permit check holds B connections at once
-		srvQuiet(t, db, c)
+		checkQuiet(t, db, c, db.Stats().WaitCount)
 	})
 }
 
@@ -491,10 +485,9 @@ func TestContractMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
 // the driver's reset found it dead), so the caller sees no error and the operation is admitted
 // once: database/sql did not retry it through the gate.
 func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s")
-		adm := admin(t)
-		table := srvTable(t, adm, "id serial primary key, v int")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		table := pgTable(t, adm, "id serial primary key, v int")
 		ctx := context.Background()
 		prepared, err := db.PrepareContext(ctx, "INSERT INTO "+table+" (v) VALUES ($1)")
 		if err != nil {
@@ -551,8 +544,8 @@ func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 		}
 		check := func(t *testing.T, run func() error) {
 			t.Helper()
-			pid := srvPID(t, db)
-			srvKill(t, adm, pid)
+			pid := backendPID(t, db)
+			killBackend(t, adm, pid)
 			before := c.Stats()
 			if err := run(); err != nil {
 				t.Fatalf("first operation after its idle connection was terminated: %v", err)
@@ -561,7 +554,7 @@ func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 				t.Errorf("the operation was admitted %d times, want 1 (a retry must stay inside the binding)", got)
 			}
 			waitFor(t, "the dead connection destroyed", func() bool { return c.Stats().Pool.Closed > before.Pool.Closed })
-			if now := srvPID(t, db); now == pid {
+			if now := backendPID(t, db); now == pid {
 				t.Errorf("still served by terminated server process %d", pid)
 			}
 		}
@@ -577,26 +570,24 @@ func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 				return ops[0].run()
 			})
 		})
-		srvQuiet(t, db, c)
 	})
 }
 
 // Condition 24 in the narrow window between a backend leaving pg_stat_activity and closing its
-// socket (srvKill waits that window out): a statement sent then meets a socket closed with
+// socket (killBackend waits that window out): a statement sent then meets a socket closed with
 // unread data, and the TCP reset discards the 57P01 notice already queued. pgx reads while it
 // writes and still sees 57P01; lib/pq reports only "connection reset by peer". The caller must
 // see no error all the same: the socket check before reuse sees the queued notice, and a reset
 // on the first statement of a reused connection is replayed.
 func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s")
-		adm := admin(t)
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, adm := e.db, e.adm
 		const rounds = 20
 		failed := 0
 		var firstErr error
 		for range rounds {
-			pid := srvPID(t, db)
-			srvKillNoExitWait(t, adm, pid)
+			pid := backendPID(t, db)
+			killBackendNoExitWait(t, adm, pid)
 			if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
 				failed++
 				firstErr = cmp.Or(firstErr, err)
@@ -605,7 +596,6 @@ func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testi
 		if failed > 0 {
 			t.Errorf("%d of %d first statements on a connection terminated just before failed, first with: %v", failed, rounds, firstErr)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -615,9 +605,9 @@ func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testi
 // the reply came before the write returned), holding the socket's read lock until the server
 // next sends something; a check that takes that lock waits forever, with the permit held.
 func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1")
-		srvPID(t, db)
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
+		db, c, drv := e.db, e.c, e.drv
+		backendPID(t, db)
 		c.pool.mu.Lock()
 		var sock *sockCheck
 		if len(c.pool.idle) == 1 {
@@ -627,7 +617,6 @@ func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
 		if sock == nil && runtime.GOOS != "windows" {
 			t.Errorf("the idle %s connection has no socket check: a connection killed while idle is sent its next statement", drv)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -635,10 +624,9 @@ func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
 // died with it): the caller gets an error, the transaction's work is gone, the permit comes back
 // once the connection is destroyed, and the next operation gets another server process.
 func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, app := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s")
-		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
+		table := pgTable(t, adm, "id int primary key")
 		ctx := context.Background()
 
 		cases := []struct {
@@ -648,12 +636,12 @@ func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) 
 			kill func(t *testing.T, tx *sql.Tx, pid int) []error
 		}{
 			{"between statements", func(t *testing.T, tx *sql.Tx, pid int) []error {
-				srvKill(t, adm, pid)
+				killBackend(t, adm, pid)
 				_, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES (2)")
 				return []error{err, tx.Commit()}
 			}},
 			{"before commit", func(t *testing.T, tx *sql.Tx, pid int) []error {
-				srvKill(t, adm, pid)
+				killBackend(t, adm, pid)
 				return []error{tx.Commit()}
 			}},
 			{"during a statement", func(t *testing.T, tx *sql.Tx, pid int) []error {
@@ -663,7 +651,7 @@ func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) 
 					done <- err
 				}()
 				waitFor(t, "pg_sleep running", func() bool { return activeQueries(t, adm, app, "pg_sleep") == 1 })
-				srvKill(t, adm, pid)
+				killBackend(t, adm, pid)
 				err := <-done
 				return []error{err, tx.Rollback()}
 			}},
@@ -706,12 +694,11 @@ func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) 
 				if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&rows); err != nil || rows != 0 {
 					t.Errorf("table has %d rows (%v) after the transaction died; want 0", rows, err)
 				}
-				if now := srvPID(t, db); now == pid {
+				if now := backendPID(t, db); now == pid {
 					t.Errorf("next operation served by terminated server process %d", pid)
 				}
 			})
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -723,97 +710,98 @@ func TestContractServerRestartFailsClearlyThenRecoversWithoutLosingPermits(t *te
 	cluster := pgtest.NewCluster(t)
 	forEachDriver(t, func(t *testing.T, drv string) {
 		const b = 3
-		db, c, _ := openPGAt(t, cluster.URL(), drv, "gate_max_conns=3&gate_concurrent=3&gate_queue=3&gate_queue_wait=2s")
-		ctx := context.Background()
-		// pinnedAtOnce binds B pinned connections at the same time, so that B physical
-		// connections are used and then idle.
-		pinnedAtOnce := func() error {
-			var conns []*sql.Conn
-			defer func() {
-				for _, sc := range conns {
-					sc.Close()
+		withPG(t, cluster.URL(), drv, "gate_max_conns=3&gate_concurrent=3&gate_queue=3&gate_queue_wait=2s", func(t *testing.T, e *pgEnv) {
+			db, c := e.db, e.c
+			ctx := context.Background()
+			// pinnedAtOnce binds B pinned connections at the same time, so that B physical
+			// connections are used and then idle.
+			pinnedAtOnce := func() error {
+				var conns []*sql.Conn
+				defer func() {
+					for _, sc := range conns {
+						sc.Close()
+					}
+				}()
+				for range b {
+					sc, err := db.Conn(ctx)
+					if err != nil {
+						return err
+					}
+					conns = append(conns, sc)
+					var one int
+					if err := sc.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+						return err
+					}
 				}
-			}()
-			for range b {
-				sc, err := db.Conn(ctx)
-				if err != nil {
+				return nil
+			}
+			if err := pinnedAtOnce(); err != nil {
+				t.Fatal(err)
+			}
+			if s := c.Stats(); s.Pool.Idle != b {
+				t.Fatalf("Pool.Idle = %d, want %d idle connections before the restart", s.Pool.Idle, b)
+			}
+
+			cluster.Restart(t)
+			if err := pinnedAtOnce(); err != nil {
+				t.Fatalf("after a restart, B operations on the B dead idle connections: %v", err)
+			}
+
+			cluster.Stop(t)
+			outage := []struct {
+				name string
+				run  func() error
+			}{
+				{"QueryRow", func() error { var n int; return db.QueryRowContext(ctx, "SELECT 1").Scan(&n) }},
+				{"Exec", func() error { _, err := db.ExecContext(ctx, "SELECT 1"); return err }},
+				{"BeginTx", func() error {
+					tx, err := db.BeginTx(ctx, nil)
+					if err == nil {
+						tx.Rollback()
+					}
 					return err
-				}
-				conns = append(conns, sc)
-				var one int
-				if err := sc.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				}},
+				{"Prepare", func() error {
+					st, err := db.PrepareContext(ctx, "SELECT 1")
+					if err == nil {
+						st.Close()
+					}
 					return err
-				}
+				}},
+				{"Ping", func() error { return db.PingContext(ctx) }},
 			}
-			return nil
-		}
-		if err := pinnedAtOnce(); err != nil {
-			t.Fatal(err)
-		}
-		if s := c.Stats(); s.Pool.Idle != b {
-			t.Fatalf("Pool.Idle = %d, want %d idle connections before the restart", s.Pool.Idle, b)
-		}
-
-		cluster.Restart(t)
-		if err := pinnedAtOnce(); err != nil {
-			t.Fatalf("after a restart, B operations on the B dead idle connections: %v", err)
-		}
-
-		cluster.Stop(t)
-		outage := []struct {
-			name string
-			run  func() error
-		}{
-			{"QueryRow", func() error { var n int; return db.QueryRowContext(ctx, "SELECT 1").Scan(&n) }},
-			{"Exec", func() error { _, err := db.ExecContext(ctx, "SELECT 1"); return err }},
-			{"BeginTx", func() error {
-				tx, err := db.BeginTx(ctx, nil)
-				if err == nil {
-					tx.Rollback()
+			for _, op := range outage {
+				err := op.run()
+				switch {
+				case err == nil:
+					t.Errorf("%s succeeded with the server stopped", op.name)
+				case !errors.Is(err, syscall.ECONNREFUSED):
+					t.Errorf("%s with the server stopped: %v; want an error matching syscall.ECONNREFUSED", op.name, err)
+				case isGateError(err) || errors.Is(err, driver.ErrBadConn):
+					t.Errorf("%s with the server stopped: %v is a gate error or driver.ErrBadConn", op.name, err)
 				}
-				return err
-			}},
-			{"Prepare", func() error {
-				st, err := db.PrepareContext(ctx, "SELECT 1")
-				if err == nil {
-					st.Close()
+				if s := c.Stats(); s.Running != 0 {
+					t.Errorf("%s with the server stopped: Running = %d after it returned; want 0", op.name, s.Running)
 				}
-				return err
-			}},
-			{"Ping", func() error { return db.PingContext(ctx) }},
-		}
-		for _, op := range outage {
-			err := op.run()
-			switch {
-			case err == nil:
-				t.Errorf("%s succeeded with the server stopped", op.name)
-			case !errors.Is(err, syscall.ECONNREFUSED):
-				t.Errorf("%s with the server stopped: %v; want an error matching syscall.ECONNREFUSED", op.name, err)
-			case isGateError(err) || errors.Is(err, driver.ErrBadConn):
-				t.Errorf("%s with the server stopped: %v is a gate error or driver.ErrBadConn", op.name, err)
+				// A dead idle connection the call found is destroyed in the background.
+				waitFor(t, "no physical connection open", func() bool { return c.Stats().Pool.Open == 0 })
 			}
-			if s := c.Stats(); s.Running != 0 {
-				t.Errorf("%s with the server stopped: Running = %d after it returned; want 0", op.name, s.Running)
+			t.Logf("error during the outage: %v", outage[0].run())
+			var wg sync.WaitGroup
+			for range 4 * b {
+				wg.Go(func() {
+					if _, err := db.ExecContext(ctx, "SELECT 1"); err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || isGateError(err)) {
+						t.Errorf("burst during the outage: %v", err)
+					}
+				})
 			}
-			// A dead idle connection the call found is destroyed in the background.
-			waitFor(t, "no physical connection open", func() bool { return c.Stats().Pool.Open == 0 })
-		}
-		t.Logf("error during the outage: %v", outage[0].run())
-		var wg sync.WaitGroup
-		for range 4 * b {
-			wg.Go(func() {
-				if _, err := db.ExecContext(ctx, "SELECT 1"); err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || isGateError(err)) {
-					t.Errorf("burst during the outage: %v", err)
-				}
-			})
-		}
-		wg.Wait()
+			wg.Wait()
 
-		cluster.Start(t)
-		if err := pinnedAtOnce(); err != nil {
-			t.Fatalf("after the server came back: %v", err)
-		}
-		srvQuiet(t, db, c)
+			cluster.Start(t)
+			if err := pinnedAtOnce(); err != nil {
+				t.Fatalf("after the server came back: %v", err)
+			}
+		})
 	})
 }
 
@@ -831,11 +819,10 @@ func TestContractServerRestartFailsClearlyThenRecoversWithoutLosingPermits(t *te
 // cancelled statement keeps its permit until the driver's cancel cleanup is over (a cancel
 // request, and a wait for the backend or a new connection), which takes tens of milliseconds.
 func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=32&gate_concurrent=32&gate_queue=16&gate_queue_wait=10s", func(t *testing.T, e *pgEnv) {
 		const goroutines, target = 64, 1000
-		db, c, _ := openPG(t, drv, "gate_max_conns=32&gate_concurrent=32&gate_queue=16&gate_queue_wait=10s")
-		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key")
+		db, c, adm, drv := e.db, e.c, e.adm, e.drv
+		table := pgTable(t, adm, "id int primary key")
 		if _, err := adm.Exec("INSERT INTO " + table + " VALUES (1)"); err != nil {
 			t.Fatal(err)
 		}
@@ -861,7 +848,7 @@ func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T)
 
 		sqlError := func(tx *sql.Tx) {
 			_, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES (1)")
-			if code := srvSQLState(drv, err); code != "23505" {
+			if code := driverSQLState(drv, err); code != "23505" {
 				t.Errorf("duplicate insert: got %v (SQLSTATE %q), want unique_violation 23505", err, code)
 				return
 			}
@@ -871,7 +858,7 @@ func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T)
 			sctx, cancel := context.WithTimeout(ctx, 3*time.Millisecond)
 			defer cancel()
 			_, err := tx.ExecContext(sctx, "SELECT pg_sleep(1)")
-			switch code := srvSQLState(drv, err); {
+			switch code := driverSQLState(drv, err); {
 			case err == nil:
 				missed.Add(1) // the cancel reached the server before the statement; it ran to the end
 			case code == "57014" || errors.Is(err, context.DeadlineExceeded):
@@ -935,10 +922,7 @@ func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T)
 			t.Fatalf("the workload stalled: %+v", c.Stats())
 		}
 
-		waitFor(t, "gate quiet", func() bool {
-			s := c.Stats()
-			return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
-		})
+		waitIdle(t, c)
 		s := c.Stats()
 		t.Logf("%d attempts: %d admitted (%d SQL errors; %d cancelled mid-query, %d of them with 57014; %d contexts ended before the statement was sent; %d cancels the server ignored), %d refused; gate: %+v",
 			attempts.Load(), admitted.Load(), sqlErrors.Load(), cancelled.Load(), canceledByServer.Load(), cancelledEarly.Load(), missed.Load(), refused.Load(), s)
@@ -951,10 +935,9 @@ func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T)
 		if got := s.Canceled - before.Canceled; got != 0 {
 			t.Errorf("Canceled grew by %d; no attempt had a context that could end", got)
 		}
-		if got, want := srvAttempts(c)-(before.Admitted+before.RejectedFull+before.RejectedTimeout+before.Canceled), attempts.Load(); got != want {
+		if got, want := gateAttempts(c)-(before.Admitted+before.RejectedFull+before.RejectedTimeout+before.Canceled), attempts.Load(); got != want {
 			t.Errorf("Admitted + RejectedFull + RejectedTimeout + Canceled grew by %d for %d attempts", got, want)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -966,9 +949,9 @@ func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T)
 // another: a goroutine records its process while its rows keep the binding, and clears it
 // before rows.Close gives the binding up.
 func TestContractSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		const b, goroutines, each = 8, 32, 20
-		db, c, _ := openPG(t, drv, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=30s", b, b, goroutines-b))
+	const b, goroutines, each = 8, 32, 20
+	runPG(t, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=30s", b, b, goroutines-b), func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		ctx := context.Background()
 		st, err := db.PrepareContext(ctx, "SELECT pg_backend_pid(), $1::int")
 		if err != nil {
@@ -1022,17 +1005,15 @@ func TestContractSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T)
 		if maxRunning.Load() > b {
 			t.Errorf("Running reached %d > B=%d", maxRunning.Load(), b)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
 // Condition 29: statements prepared in a transaction, database-level statements moved into a
 // transaction, named arguments and sql.Out, all through the gate.
 func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s")
-		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key")
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, adm, drv := e.db, e.c, e.adm, e.drv
+		table := pgTable(t, adm, "id int primary key")
 		ctx := context.Background()
 		count := func(t *testing.T) int {
 			t.Helper()
@@ -1116,16 +1097,16 @@ func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 			}
 			// @name placeholders are not rewritten for sql.Named: the server sees a column.
 			_, err = db.ExecContext(ctx, "SELECT @a::int", sql.Named("a", 1))
-			if code := srvSQLState(drv, err); code != "42703" {
+			if code := driverSQLState(drv, err); code != "42703" {
 				t.Errorf("@name with sql.Named: got %v (SQLSTATE %q), want undefined_column 42703", err, code)
 			}
 			// database/sql refuses a name that is not an identifier before any driver call.
-			before := srvAttempts(c)
+			before := gateAttempts(c)
 			_, err = db.ExecContext(ctx, "SELECT $1::int", sql.Named("1a", 1))
 			if err == nil || !strings.Contains(err.Error(), "does not begin with a letter") {
 				t.Errorf("sql.Named(\"1a\"): %v; want database/sql's name error", err)
 			}
-			if got := srvAttempts(c) - before; got != 0 {
+			if got := gateAttempts(c) - before; got != 0 {
 				t.Errorf("an argument database/sql refuses reached the gate %d times", got)
 			}
 			// pgx's own named arguments: pgx.NamedArgs rewrites @name placeholders.
@@ -1174,7 +1155,6 @@ func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 				}
 			}
 		})
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -1198,32 +1178,33 @@ func TestContractDriverArgumentTypesWorkOnTheFirstQuery(t *testing.T) {
 				}
 				ctx := context.Background()
 				for _, how := range []string{"QueryRow", "Prepare", "BeginTx"} {
-					db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1")
-					var got string
-					var err error
-					switch how {
-					case "QueryRow":
-						err = db.QueryRowContext(ctx, tc.query, tc.arg).Scan(&got)
-					case "Prepare":
-						var st *sql.Stmt
-						if st, err = db.PrepareContext(ctx, tc.query); err == nil {
-							err = st.QueryRowContext(ctx, tc.arg).Scan(&got)
-							st.Close()
+					withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
+						db, c := e.db, e.c
+						var got string
+						var err error
+						switch how {
+						case "QueryRow":
+							err = db.QueryRowContext(ctx, tc.query, tc.arg).Scan(&got)
+						case "Prepare":
+							var st *sql.Stmt
+							if st, err = db.PrepareContext(ctx, tc.query); err == nil {
+								err = st.QueryRowContext(ctx, tc.arg).Scan(&got)
+								st.Close()
+							}
+						case "BeginTx":
+							var tx *sql.Tx
+							if tx, err = db.BeginTx(ctx, nil); err == nil {
+								err = tx.QueryRowContext(ctx, tc.query, tc.arg).Scan(&got)
+								tx.Rollback()
+							}
 						}
-					case "BeginTx":
-						var tx *sql.Tx
-						if tx, err = db.BeginTx(ctx, nil); err == nil {
-							err = tx.QueryRowContext(ctx, tc.query, tc.arg).Scan(&got)
-							tx.Rollback()
+						if err != nil || got != tc.want {
+							t.Errorf("%s: got %q, %v; want %q", how, got, err, tc.want)
 						}
-					}
-					if err != nil || got != tc.want {
-						t.Errorf("%s: got %q, %v; want %q", how, got, err, tc.want)
-					}
-					if s := c.Stats(); s.Pool.Opened != 1 {
-						t.Errorf("%s: %d physical connections opened; want the first query of a fresh DB", how, s.Pool.Opened)
-					}
-					srvQuiet(t, db, c)
+						if s := c.Stats(); s.Pool.Opened != 1 {
+							t.Errorf("%s: %d physical connections opened; want the first query of a fresh DB", how, s.Pool.Opened)
+						}
+					})
 				}
 			})
 		}
@@ -1249,12 +1230,12 @@ func TestContractDriverArgumentTypesWorkOnTheFirstQuery(t *testing.T) {
 			{"uint64 above 2^63", "SELECT $1::numeric::text", uint64(1<<63 + 5), "9223372036854775813", true},
 		})
 		t.Run("pq.Array scans back", func(t *testing.T) {
-			db, c, _ := openPG(t, "postgres", "gate_max_conns=1")
-			var got []string
-			if err := db.QueryRow("SELECT ARRAY['x', 'y z']").Scan(pq.Array(&got)); err != nil || len(got) != 2 || got[1] != "y z" {
-				t.Errorf("pq.Array scan: %q, %v", got, err)
-			}
-			srvQuiet(t, db, c)
+			withPG(t, "", "postgres", "gate_max_conns=1", func(t *testing.T, e *pgEnv) {
+				var got []string
+				if err := e.db.QueryRow("SELECT ARRAY['x', 'y z']").Scan(pq.Array(&got)); err != nil || len(got) != 2 || got[1] != "y z" {
+					t.Errorf("pq.Array scan: %q, %v", got, err)
+				}
+			})
 		})
 	})
 }
@@ -1263,10 +1244,9 @@ func TestContractDriverArgumentTypesWorkOnTheFirstQuery(t *testing.T) {
 // physical connection and session, until Close: a SET is seen by its later statements, other
 // callers are refused meanwhile, and the whole *sql.Conn is one admission.
 func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		// B=1 and Q=0: while the pinned connection holds the permit, anything else is refused.
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=0")
-		adm := admin(t)
+	// B=1 and Q=0: while the pinned connection holds the permit, anything else is refused.
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
+		db, c, adm, drv := e.db, e.c, e.adm, e.drv
 		schema := fmt.Sprintf("gated_srv_schema_%d_%s", time.Now().UnixNano()%1e9, drv)
 		if _, err := adm.Exec("CREATE SCHEMA " + schema + "; CREATE TABLE " + schema + ".only_here (v text); INSERT INTO " + schema + ".only_here VALUES ('pinned')"); err != nil {
 			t.Fatal(err)
@@ -1322,94 +1302,18 @@ func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
 		if _, err := db.ExecContext(ctx, "RESET search_path"); err != nil {
 			t.Errorf("after conn.Close the gate refuses: %v", err)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
 // Condition 32: (*sql.Conn).Raw and Unwrap reach the inner driver's connection: pgx's
 // *stdlib.Conn and its *pgx.Conn, which works (a query and a COPY), under the *sql.Conn's permit.
 func TestContractRawUnwrapReachesThePgxConn(t *testing.T) {
-	db, c, _ := openPG(t, "pgx", "gate_max_conns=1&gate_concurrent=1&gate_queue=1")
-	adm := admin(t)
-	table := srvTable(t, adm, "id int, name text")
-	ctx := context.Background()
+	withPG(t, "", "pgx", "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		table := pgTable(t, adm, "id int, name text")
+		ctx := context.Background()
 
-	sc, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	err = sc.Raw(func(dc any) error {
-		inner, err := Unwrap(ctx, dc)
-		if err != nil {
-			return err
-		}
-		std, ok := inner.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("Unwrap returned %T, want *stdlib.Conn", inner)
-		}
-		pc := std.Conn()
-		var n int
-		if err := pc.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n); err != nil || n != 42 {
-			return fmt.Errorf("*pgx.Conn query: %d, %v", n, err)
-		}
-		copied, err := pc.CopyFrom(ctx, pgx.Identifier{table}, []string{"id", "name"},
-			pgx.CopyFromRows([][]any{{1, "a"}, {2, "b"}, {3, "c"}}))
-		if err != nil || copied != 3 {
-			return fmt.Errorf("*pgx.Conn CopyFrom: %d, %v", copied, err)
-		}
-		if s := c.Stats(); s.Running != 1 {
-			return fmt.Errorf("inside Raw Running = %d, want 1", s.Running)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := c.Stats(); s.Running != 1 {
-		t.Errorf("after Raw, before conn.Close: Running = %d; the binding lasts until Close", s.Running)
-	}
-	sc.Close()
-	if s := c.Stats(); s.Running != 0 {
-		t.Errorf("after conn.Close: Running = %d", s.Running)
-	}
-	var n int
-	if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil || n != 3 {
-		t.Errorf("rows copied through *pgx.Conn: %d, %v", n, err)
-	}
-
-	t.Run("a transaction left open behind the wrapper discards the connection", func(t *testing.T) {
-		before := c.Stats()
 		sc, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = sc.Raw(func(dc any) error {
-			inner, err := Unwrap(ctx, dc)
-			if err != nil {
-				return err
-			}
-			_, err = inner.(*stdlib.Conn).Conn().Begin(ctx)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Close()
-		waitFor(t, "the connection destroyed and its permit back", func() bool {
-			s := c.Stats()
-			return s.Running == 0 && s.Pool.InUse == 0 && s.Pool.Closed > before.Pool.Closed
-		})
-	})
-	t.Run("Unwrap refuses a connection gated did not make", func(t *testing.T) {
-		_, err := Unwrap(ctx, "not a connection")
-		if err == nil || !strings.HasPrefix(err.Error(), "gated: ") {
-			t.Errorf("Unwrap(string): %v", err)
-		}
-	})
-	t.Run("lib/pq's connection", func(t *testing.T) {
-		pqDB, pqC, _ := openPG(t, "postgres", "gate_max_conns=1")
-		sc, err := pqDB.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1419,27 +1323,102 @@ func TestContractRawUnwrapReachesThePgxConn(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if got := fmt.Sprintf("%T", inner); got != "*pq.conn" {
-				return fmt.Errorf("Unwrap returned %s, want lib/pq's *pq.conn", got)
+			std, ok := inner.(*stdlib.Conn)
+			if !ok {
+				return fmt.Errorf("Unwrap returned %T, want *stdlib.Conn", inner)
 			}
-			return inner.(driver.Pinger).Ping(ctx)
+			pc := std.Conn()
+			var n int
+			if err := pc.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n); err != nil || n != 42 {
+				return fmt.Errorf("*pgx.Conn query: %d, %v", n, err)
+			}
+			copied, err := pc.CopyFrom(ctx, pgx.Identifier{table}, []string{"id", "name"},
+				pgx.CopyFromRows([][]any{{1, "a"}, {2, "b"}, {3, "c"}}))
+			if err != nil || copied != 3 {
+				return fmt.Errorf("*pgx.Conn CopyFrom: %d, %v", copied, err)
+			}
+			if s := c.Stats(); s.Running != 1 {
+				return fmt.Errorf("inside Raw Running = %d, want 1", s.Running)
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		if s := c.Stats(); s.Running != 1 {
+			t.Errorf("after Raw, before conn.Close: Running = %d; the binding lasts until Close", s.Running)
+		}
 		sc.Close()
-		srvQuiet(t, pqDB, pqC)
+		if s := c.Stats(); s.Running != 0 {
+			t.Errorf("after conn.Close: Running = %d", s.Running)
+		}
+		var n int
+		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil || n != 3 {
+			t.Errorf("rows copied through *pgx.Conn: %d, %v", n, err)
+		}
+
+		t.Run("a transaction left open behind the wrapper discards the connection", func(t *testing.T) {
+			before := c.Stats()
+			sc, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sc.Raw(func(dc any) error {
+				inner, err := Unwrap(ctx, dc)
+				if err != nil {
+					return err
+				}
+				_, err = inner.(*stdlib.Conn).Conn().Begin(ctx)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.Close()
+			waitFor(t, "the connection destroyed and its permit back", func() bool {
+				s := c.Stats()
+				return s.Running == 0 && s.Pool.InUse == 0 && s.Pool.Closed > before.Pool.Closed
+			})
+		})
+		t.Run("Unwrap refuses a connection gated did not make", func(t *testing.T) {
+			_, err := Unwrap(ctx, "not a connection")
+			if err == nil || !strings.HasPrefix(err.Error(), "gated: ") {
+				t.Errorf("Unwrap(string): %v", err)
+			}
+		})
+		t.Run("lib/pq's connection", func(t *testing.T) {
+			withPG(t, "", "postgres", "gate_max_conns=1", func(t *testing.T, pqEnv *pgEnv) {
+				sc, err := pqEnv.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sc.Close()
+				err = sc.Raw(func(dc any) error {
+					inner, err := Unwrap(ctx, dc)
+					if err != nil {
+						return err
+					}
+					if got := fmt.Sprintf("%T", inner); got != "*pq.conn" {
+						return fmt.Errorf("Unwrap returned %s, want lib/pq's *pq.conn", got)
+					}
+					return inner.(driver.Pinger).Ping(ctx)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sc.Close()
+			})
+		})
 	})
-	srvQuiet(t, db, c)
 }
 
 // Condition 33: a caller that already holds the only permit (inside a transaction) and uses the
 // same gate again waits like anyone else and gets ErrAdmissionTimeout after gate_queue_wait,
 // instead of deadlocking; the outer transaction then finishes normally.
 func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=200ms", func(t *testing.T, e *pgEnv) {
 		const queueWait = 200 * time.Millisecond
-		db, c, _ := openPG(t, drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=200ms")
+		db, c := e.db, e.c
 		// A context far beyond gate_queue_wait: a deadlock fails the test instead of hanging it.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -1483,7 +1462,6 @@ func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
 		if s := c.Stats(); s.RejectedTimeout-before.RejectedTimeout != 2 || s.Admitted-before.Admitted != 1 {
 			t.Errorf("counted %d timeouts and %d admissions; want 2 and 1", s.RejectedTimeout-before.RejectedTimeout, s.Admitted-before.Admitted)
 		}
-		srvQuiet(t, db, c)
 	})
 }
 
@@ -1494,7 +1472,7 @@ func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
 func TestContractCloseWithOperationsInFlightLeavesNothingBehind(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		adm := admin(t)
-		table := srvTable(t, adm, "id int primary key, v int")
+		table := pgTable(t, adm, "id int primary key, v int")
 		if _, err := adm.Exec("INSERT INTO " + table + " VALUES (1, 0)"); err != nil {
 			t.Fatal(err)
 		}
@@ -1612,22 +1590,19 @@ func TestContractCloseCountsTheWaitersItWakes(t *testing.T) {
 		}
 	}
 	sc.Close()
-	if got := srvAttempts(c); got != 3 {
+	if got := gateAttempts(c); got != 3 {
 		t.Errorf("Admitted + RejectedFull + RejectedTimeout + Canceled = %d for 3 attempts (1 admitted, 2 waiting at Close): %+v", got, c.Stats())
 	}
 }
 
 // --- Bad input ---
 
-// srvPassword is the password of every malformed DSN below; no error may contain it.
-const srvPassword = "pw-Xq7-never-shown"
-
 // Condition 35, through the public paths sql.Open("gated", dsn) and gated.Open (dsn_test.go
 // covers ParseDSN itself in depth): each error is a *DSNError naming the key, starts with
 // "gated: " and does not contain the password.
 func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
-	const url = "postgres://app:" + srvPassword + "@db.example/shop?sslmode=disable&"
-	const kv = "host=db.example user=app password=" + srvPassword + " "
+	const url = "postgres://app:" + testPassword + "@db.example/shop?sslmode=disable&"
+	const kv = "host=db.example user=app password=" + testPassword + " "
 	cases := []struct {
 		name, dsn, key string
 	}{
@@ -1650,13 +1625,13 @@ func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 		{"only gate keys, URL query", "?gate_concurrent=x", keyConcurrent},
 		{"only gate keys, keyword/value", "gate_queue=-3", keyQueue},
 		// As in libpq, an empty value takes the next word: here the whole password pair.
-		{"empty value before the password pair", "host=db.example gate_queue= password=" + srvPassword, keyQueue},
-		{"empty driver before the password pair", "host=db.example gate_driver= password=" + srvPassword, keyDriver},
-		{"escaped space joins the password pair", "host=db.example gate_queue_wait=1s\\ password=" + srvPassword, keyQueueWait},
+		{"empty value before the password pair", "host=db.example gate_queue= password=" + testPassword, keyQueue},
+		{"empty driver before the password pair", "host=db.example gate_driver= password=" + testPassword, keyDriver},
+		{"escaped space joins the password pair", "host=db.example gate_queue_wait=1s\\ password=" + testPassword, keyQueueWait},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(tc.dsn, srvPassword) && !strings.HasPrefix(tc.dsn, "?") && !strings.HasPrefix(tc.dsn, "gate_") {
+			if !strings.Contains(tc.dsn, testPassword) && !strings.HasPrefix(tc.dsn, "?") && !strings.HasPrefix(tc.dsn, "gate_") {
 				t.Fatalf("test DSN %q lacks the password", tc.dsn)
 			}
 			for name, open := range map[string]func(string) (*sql.DB, error){
@@ -1679,7 +1654,7 @@ func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 				if msg := err.Error(); !strings.HasPrefix(msg, "gated: ") || !strings.Contains(msg, tc.key) {
 					t.Errorf("%s: error %q does not start with \"gated: \" and name %s", name, msg, tc.key)
 				}
-				if strings.Contains(err.Error(), srvPassword) {
+				if strings.Contains(err.Error(), testPassword) {
 					t.Errorf("%s: error %q contains the password", name, err)
 				}
 			}
@@ -1688,10 +1663,10 @@ func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	// An inner DSN the inner driver cannot parse: no gate_ key to name, and still no password,
 	// whether the inner driver reports it from sql.Open or from the first operation.
 	for _, tc := range []struct{ name, dsn string }{
-		{"pgx, bad port", "postgres://app:" + srvPassword + "@db.example:badport/shop"},
+		{"pgx, bad port", "postgres://app:" + testPassword + "@db.example:badport/shop"},
 		{"pgx, bad sslmode", kv + "sslmode=bogus"},
-		{"lib/pq, bad port", "postgres://app:" + srvPassword + "@db.example:badport/shop?gate_driver=postgres"},
-		{"lib/pq, bad percent-escape", "postgres://app:" + srvPassword + "@db.example/shop?x=%zz&gate_driver=postgres"},
+		{"lib/pq, bad port", "postgres://app:" + testPassword + "@db.example:badport/shop?gate_driver=postgres"},
+		{"lib/pq, bad percent-escape", "postgres://app:" + testPassword + "@db.example/shop?x=%zz&gate_driver=postgres"},
 		{"lib/pq, bad sslmode", kv + "sslmode=bogus gate_driver=postgres"},
 	} {
 		t.Run("inner DSN/"+tc.name, func(t *testing.T) {
@@ -1715,7 +1690,7 @@ func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 				} else if !strings.HasPrefix(err.Error(), "gated: ") {
 					t.Errorf("%s: error %q does not start with \"gated: \"", name, err)
 				}
-				if strings.Contains(err.Error(), srvPassword) {
+				if strings.Contains(err.Error(), testPassword) {
 					t.Errorf("%s: error %q contains the password", name, err)
 				}
 			}
@@ -1739,26 +1714,24 @@ func FuzzContractDSNErrorNeverQuotesThePassword(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, gate string, form uint8) {
-		if strings.Contains(gate, srvPassword[:4]) {
+		if strings.Contains(gate, testPassword[:4]) {
 			t.Skip("the fuzzed part spells the password itself")
 		}
 		var dsn string
 		switch form % 4 {
 		case 0: // keyword/value, password pair after the gate part
-			dsn = "host=db " + gate + " password=" + srvPassword
+			dsn = "host=db " + gate + " password=" + testPassword
 		case 1: // keyword/value, password pair before it
-			dsn = "host=db password=" + srvPassword + " " + gate
+			dsn = "host=db password=" + testPassword + " " + gate
 		case 2: // URL, gate part as the query
-			dsn = "postgres://app:" + srvPassword + "@db/shop?" + gate
+			dsn = "postgres://app:" + testPassword + "@db/shop?" + gate
 		case 3: // URL, gate part right after the host: port, path, query
-			dsn = "postgres://app:" + srvPassword + "@db" + gate
+			dsn = "postgres://app:" + testPassword + "@db" + gate
 		}
 		cfg, err := ParseDSN(dsn)
 		if err == nil {
 			_, err = NewConnector(cfg)
 		}
-		if err != nil && strings.Contains(err.Error(), srvPassword) {
-			t.Fatalf("DSN %q: error %q contains the password", dsn, err)
-		}
+		checkDSNErrorSafe(t, dsn, err, testPassword)
 	})
 }
