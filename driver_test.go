@@ -139,22 +139,14 @@ func TestPGOverloadKeepsEveryBudget(t *testing.T) {
 	runPG(t, "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=30ms", func(t *testing.T, e *pgEnv) {
 		const p, b, q = 5, 4, 4
 		db, c, app, adm := e.db, e.c, e.app, e.adm
-		stop := make(chan struct{})
-		var sampler sync.WaitGroup
 		var maxRunning, maxAdmitted, maxBackends, samples atomic.Int64
-		sampler.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s := c.Stats()
-				storeMax(&maxRunning, int64(s.Running))
-				storeMax(&maxAdmitted, int64(s.Running+s.Waiting))
-				storeMax(&maxBackends, int64(backends(t, adm, app)))
-				samples.Add(1)
-			}
+		stop := repeat(func() bool {
+			s := c.Stats()
+			storeMax(&maxRunning, int64(s.Running))
+			storeMax(&maxAdmitted, int64(s.Running+s.Waiting))
+			storeMax(&maxBackends, int64(backends(t, adm, app)))
+			samples.Add(1)
+			return true
 		})
 
 		var ok, rejected atomic.Int64
@@ -183,8 +175,7 @@ func TestPGOverloadKeepsEveryBudget(t *testing.T) {
 			})
 		}
 		callers.Wait()
-		close(stop)
-		sampler.Wait()
+		stop()
 
 		t.Logf("%d succeeded, %d refused; %d samples: max running %d, max admitted %d, max backends %d",
 			ok.Load(), rejected.Load(), samples.Load(), maxRunning.Load(), maxAdmitted.Load(), maxBackends.Load())

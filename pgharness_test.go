@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,6 +230,26 @@ func pgFunction(t testing.TB, adm *sql.DB, definition string) string {
 	return pgObject(t, adm, "FUNCTION", definition)
 }
 
+// lockedRow creates a table (id int primary key, v int) holding the row (1, 0) and returns it
+// with a transaction on adm that holds that row's lock (FOR UPDATE), rolled back at cleanup.
+func lockedRow(t testing.TB, adm *sql.DB) (table string, holder *sql.Tx) {
+	t.Helper()
+	table = pgTable(t, adm, "id int primary key, v int")
+	if _, err := adm.Exec("INSERT INTO " + table + " VALUES (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := adm.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Rollback() })
+	var id int
+	if err := holder.QueryRow("SELECT id FROM " + table + " WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return table, holder
+}
+
 // backends counts the server connections of application app.
 func backends(t testing.TB, adm *sql.DB, app string) int {
 	t.Helper()
@@ -383,6 +404,17 @@ func checkGateRefusal(t testing.TB, what string, err, want error) {
 	}
 }
 
+// checkCounted fails unless the gate's counters grew from before to after by exactly admitted,
+// full (RejectedFull), timedOut (RejectedTimeout) and canceled.
+func checkCounted(t testing.TB, what string, before, after Stats, admitted, full, timedOut, canceled int64) {
+	t.Helper()
+	got := [4]int64{after.Admitted - before.Admitted, after.RejectedFull - before.RejectedFull,
+		after.RejectedTimeout - before.RejectedTimeout, after.Canceled - before.Canceled}
+	if want := [4]int64{admitted, full, timedOut, canceled}; got != want {
+		t.Errorf("%s: counters [admitted full timeout canceled] grew by %v, want %v (before %+v, after %+v)", what, got, want, before, after)
+	}
+}
+
 // gateAttempts is the number of gate attempts the counters of c account for.
 func gateAttempts(c *Connector) int64 {
 	s := c.Stats()
@@ -525,6 +557,28 @@ func storeMax(m *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// repeat calls f in a goroutine over and over, until f returns false or the returned stop is
+// called; stop returns once f will not be called again. It samples the gate, or keeps the server
+// busy, while a test's workload runs.
+func repeat(f func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if !f() {
+				return
+			}
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // medianDuration returns the median of ds, which it sorts.
