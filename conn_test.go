@@ -39,15 +39,6 @@ func openFake(t testing.TB, params string, opts ...fakedb.Option) (*sql.DB, *Con
 	return db, c, fd
 }
 
-// quiet waits until the gate is idle and checks every permit is back.
-func quiet(t testing.TB, c *Connector) {
-	t.Helper()
-	waitFor(t, "gate quiet", func() bool {
-		s := c.Stats()
-		return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
-	})
-}
-
 func TestConnectDoesNoIOUntilTheFirstOperation(t *testing.T) {
 	db, c, fd := openFake(t, "gate_max_conns=2")
 	ctx := context.Background()
@@ -132,7 +123,7 @@ func TestOperationsThroughEveryDriverKind(t *testing.T) {
 			if _, err := db.QueryContext(ctx, "FAIL boom"); !errors.As(err, new(*fakedb.Error)) {
 				t.Fatalf("driver error must pass through unchanged: %v", err)
 			}
-			quiet(t, c)
+			waitIdle(t, c)
 			s := c.Stats()
 			// query, exec, 2 tx, prepare, 3 uses, ping, failing query
 			if s.Admitted != 10 {
@@ -198,7 +189,7 @@ func TestBadConnOnFirstCallIsRetriedInsideTheBinding(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT 3").Scan(&v); err != nil || v != 3 {
 		t.Fatalf("query after a broken connection: %d, %v", v, err)
 	}
-	quiet(t, c)
+	waitIdle(t, c)
 	s := c.Stats()
 	if s.Admitted != 2 || s.RejectedFull != 0 || s.RejectedTimeout != 0 {
 		t.Errorf("the retry must stay inside one admission (B=1, Q=0): %+v", s)
@@ -217,7 +208,7 @@ func TestBadConnNeverEscapesForAFreshBinding(t *testing.T) {
 	if err == nil || errors.Is(err, driver.ErrBadConn) {
 		t.Fatalf("got %v; want an error that database/sql will not retry", err)
 	}
-	quiet(t, c)
+	waitIdle(t, c)
 	if s := c.Stats(); s.Admitted != 1 {
 		t.Errorf("database/sql retried through the gate: %+v", s)
 	}
@@ -271,7 +262,7 @@ func TestPermitHeldUntilBrokenConnectionIsClosed(t *testing.T) {
 		t.Fatalf("Running = %d right after the caller gave up; the permit must wait for Close", s.Running)
 	}
 	waitFor(t, "connection closed", func() bool { return fd.Stats().Closed == 1 })
-	quiet(t, c)
+	waitIdle(t, c)
 	if fs := fd.Stats(); fs.Open != 0 {
 		t.Errorf("broken connection not discarded: %+v", fs)
 	}
@@ -292,7 +283,7 @@ func TestHealthyConnectionIsHandedToTheNextWaiter(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	quiet(t, c)
+	waitIdle(t, c)
 	if fs := fd.Stats(); fs.Opened != 1 || fs.MaxOpen != 1 {
 		t.Errorf("opened %d physical connections (at most %d at once) for P=1, want 1", fs.Opened, fs.MaxOpen)
 	}
@@ -325,7 +316,7 @@ func TestPreparedStatementSharedByGoroutinesPassesTheGateEachTime(t *testing.T) 
 		})
 	}
 	wg.Wait()
-	quiet(t, c)
+	waitIdle(t, c)
 	// A statement use on a virtual connection that has not prepared it yet binds once for the
 	// prepare and the use together, so every execution is exactly one admission.
 	if got := c.Stats().Admitted - before; got != 320 {
@@ -342,7 +333,7 @@ func TestConnectFailureReleasesThePermit(t *testing.T) {
 			t.Fatalf("got %v, want the connect error", err)
 		}
 	}
-	quiet(t, c)
+	waitIdle(t, c)
 	fd.AllowConnects()
 	if err := db.Ping(); err != nil {
 		t.Fatalf("after the server accepts again: %v", err)
@@ -382,7 +373,7 @@ func TestFailedCommitIsRolledBackOrDiscarded(t *testing.T) {
 		if err := tx.Commit(); !errors.Is(err, boom) {
 			t.Fatalf("Commit: %v", err)
 		}
-		quiet(t, c)
+		waitIdle(t, c)
 		if fs := fd.Stats(); fs.Closed != 1 {
 			t.Errorf("connection whose rollback failed was kept: %+v", fs)
 		}
@@ -510,5 +501,5 @@ func TestRowsKeepTheDriversOptionalInterfaces(t *testing.T) {
 	if !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Errorf("result sets through gated: %v, want [1 2]", got)
 	}
-	quiet(t, c)
+	waitIdle(t, c)
 }

@@ -73,17 +73,18 @@ func TestOpenSetsDatabaseSQLPoolForTheGate(t *testing.T) {
 }
 
 func TestPGBasicOperationsPassTheGate(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
-		db, c, _ := openPG(t, drv, "gate_max_conns=3&gate_concurrent=2&gate_queue=2")
+	runPG(t, "gate_max_conns=3&gate_concurrent=2&gate_queue=2", func(t *testing.T, e *pgEnv) {
+		db, c := e.db, e.c
 		ctx := context.Background()
-		table := "gated_basic_" + drv
+		table := "gated_basic_" + e.drv
+		// Through the gate, as the operations below: seven of them at least.
 		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (id int primary key, name text)"); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { admin(t).Exec("DROP TABLE IF EXISTS " + table) })
+		t.Cleanup(func() { e.adm.Exec("DROP TABLE IF EXISTS " + table) })
 
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -125,7 +126,6 @@ func TestPGBasicOperationsPassTheGate(t *testing.T) {
 		if err := db.PingContext(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitQuiet(t, db, c)
 		if s := c.Stats(); s.Admitted < 7 {
 			t.Errorf("Admitted = %d: operations did not pass the gate", s.Admitted)
 		}
@@ -136,26 +136,17 @@ func TestPGBasicOperationsPassTheGate(t *testing.T) {
 // server; running never exceeds B, server connections never exceed P, database/sql never waits,
 // and every call succeeds or fails with a gate error.
 func TestPGOverloadKeepsEveryBudget(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, drv string) {
+	runPG(t, "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=30ms", func(t *testing.T, e *pgEnv) {
 		const p, b, q = 5, 4, 4
-		db, c, app := openPG(t, drv, "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=30ms")
-		adm := admin(t)
-		stop := make(chan struct{})
-		var sampler sync.WaitGroup
+		db, c, app, adm := e.db, e.c, e.app, e.adm
 		var maxRunning, maxAdmitted, maxBackends, samples atomic.Int64
-		sampler.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s := c.Stats()
-				storeMax(&maxRunning, int64(s.Running))
-				storeMax(&maxAdmitted, int64(s.Running+s.Waiting))
-				storeMax(&maxBackends, int64(backends(t, adm, app)))
-				samples.Add(1)
-			}
+		stop := repeat(func() bool {
+			s := c.Stats()
+			storeMax(&maxRunning, int64(s.Running))
+			storeMax(&maxAdmitted, int64(s.Running+s.Waiting))
+			storeMax(&maxBackends, int64(backends(t, adm, app)))
+			samples.Add(1)
+			return true
 		})
 
 		var ok, rejected atomic.Int64
@@ -184,8 +175,7 @@ func TestPGOverloadKeepsEveryBudget(t *testing.T) {
 			})
 		}
 		callers.Wait()
-		close(stop)
-		sampler.Wait()
+		stop()
 
 		t.Logf("%d succeeded, %d refused; %d samples: max running %d, max admitted %d, max backends %d",
 			ok.Load(), rejected.Load(), samples.Load(), maxRunning.Load(), maxAdmitted.Load(), maxBackends.Load())
@@ -204,21 +194,11 @@ func TestPGOverloadKeepsEveryBudget(t *testing.T) {
 		if w := db.Stats().WaitCount; w != 0 {
 			t.Errorf("database/sql WaitCount = %d, want 0", w)
 		}
-		waitQuiet(t, db, c)
-		if s := c.Stats(); s.Admitted+s.RejectedFull+s.RejectedTimeout+s.Canceled != ok.Load()+rejected.Load()+1 {
-			// +1: waitQuiet's probe query.
+		waitIdle(t, c)
+		if s := c.Stats(); s.Admitted+s.RejectedFull+s.RejectedTimeout+s.Canceled != ok.Load()+rejected.Load() {
 			t.Errorf("gate counted %+v for %d calls", s, ok.Load()+rejected.Load())
 		}
 	})
-}
-
-func storeMax(m *atomic.Int64, v int64) {
-	for {
-		cur := m.Load()
-		if v <= cur || m.CompareAndSwap(cur, v) {
-			return
-		}
-	}
 }
 
 func TestCheckDBReportsAPoolThatUndoesTheGate(t *testing.T) {

@@ -1,0 +1,241 @@
+package gated
+
+// Physical connections the server terminated: an idle one is replaced inside the next
+// operation's binding without an error, one in a transaction fails and is discarded.
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// Condition 24: a physical connection terminated while idle in the pool is replaced inside the
+// binding of the next operation (the statement got 57P01 on a connection that had been idle, or
+// the driver's reset found it dead), so the caller sees no error and the operation is admitted
+// once: database/sql did not retry it through the gate.
+func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		table := pgTable(t, adm, "id serial primary key, v int")
+		ctx := context.Background()
+		prepared, err := db.PrepareContext(ctx, "INSERT INTO "+table+" (v) VALUES ($1)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prepared.Close()
+
+		ops := []struct {
+			name string
+			run  func() error
+		}{
+			{"QueryRow", func() error {
+				var n int
+				return db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n)
+			}},
+			{"Exec", func() error {
+				_, err := db.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES (1)")
+				return err
+			}},
+			{"Query", func() error {
+				rows, err := db.QueryContext(ctx, "SELECT generate_series(1, 3)")
+				if err != nil {
+					return err
+				}
+				for rows.Next() {
+				}
+				return errors.Join(rows.Err(), rows.Close())
+			}},
+			{"BeginTx", func() error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES (2)"); err != nil {
+					tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			}},
+			{"prepared statement", func() error {
+				_, err := prepared.ExecContext(ctx, 3)
+				return err
+			}},
+			{"Ping", func() error { return db.PingContext(ctx) }},
+			{"pinned Conn", func() error {
+				sc, err := db.Conn(ctx)
+				if err != nil {
+					return err
+				}
+				defer sc.Close()
+				_, err = sc.ExecContext(ctx, "SET search_path TO public")
+				return err
+			}},
+		}
+		check := func(t *testing.T, run func() error) {
+			t.Helper()
+			pid := backendPID(t, db)
+			killBackend(t, adm, pid)
+			before := c.Stats()
+			if err := run(); err != nil {
+				t.Fatalf("first operation after its idle connection was terminated: %v", err)
+			}
+			if got := c.Stats().Admitted - before.Admitted; got != 1 {
+				t.Errorf("the operation was admitted %d times, want 1 (a retry must stay inside the binding)", got)
+			}
+			waitFor(t, "the dead connection destroyed", func() bool { return c.Stats().Pool.Closed > before.Pool.Closed })
+			if now := backendPID(t, db); now == pid {
+				t.Errorf("still served by terminated server process %d", pid)
+			}
+		}
+		for _, op := range ops {
+			t.Run("right after the kill/"+op.name, func(t *testing.T) { check(t, op.run) })
+		}
+		// After more than a second idle pgx's ResetSession pings the connection first: the dead
+		// connection is then found before any statement is sent.
+		t.Run("after more than 1s idle/QueryRow", func(t *testing.T) {
+			check(t, func() error {
+				lastUse := time.Now()
+				waitFor(t, "1.1s of idleness", func() bool { return time.Since(lastUse) > 1100*time.Millisecond })
+				return ops[0].run()
+			})
+		})
+	})
+}
+
+// Condition 24 in the narrow window between a backend leaving pg_stat_activity and closing its
+// socket (killBackend waits that window out): a statement sent then meets a socket closed with
+// unread data, and the TCP reset discards the 57P01 notice already queued. pgx reads while it
+// writes and still sees 57P01; lib/pq reports only "connection reset by peer". The caller must
+// see no error all the same: the socket check before reuse sees the queued notice, and a reset
+// on the first statement of a reused connection is replayed.
+func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, adm := e.db, e.adm
+		const rounds = 20
+		failed := 0
+		var firstErr error
+		for range rounds {
+			pid := backendPID(t, db)
+			killBackendNoExitWait(t, adm, pid)
+			if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
+				failed++
+				firstErr = cmp.Or(firstErr, err)
+			}
+		}
+		if failed > 0 {
+			t.Errorf("%d of %d first statements on a connection terminated just before failed, first with: %v", failed, rounds, firstErr)
+		}
+	})
+}
+
+// Condition 24, the check that finds a dead idle connection before its next statement: it must
+// cover the sockets of both drivers, and it must never wait. pgx's background reader may sit in
+// a read of an idle connection's socket (it starts when a write is slow and keeps reading when
+// the reply came before the write returned), holding the socket's read lock until the server
+// next sends something; a check that takes that lock waits forever, with the permit held.
+func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
+		db, c, drv := e.db, e.c, e.drv
+		backendPID(t, db)
+		c.pool.mu.Lock()
+		var sock *sockCheck
+		if len(c.pool.idle) == 1 {
+			switch ic := c.pool.idle[0].inner.(type) {
+			case *pgxConn:
+				sock = ic.sock.check
+			case *pqConn:
+				sock = ic.sock.check
+			}
+		}
+		c.pool.mu.Unlock()
+		if sock == nil && runtime.GOOS != "windows" {
+			t.Errorf("the idle %s connection has no socket check: a connection killed while idle is sent its next statement", drv)
+		}
+	})
+}
+
+// Condition 25: a connection terminated inside a transaction cannot be replaced (the transaction
+// died with it): the caller gets an error, the transaction's work is gone, the permit comes back
+// once the connection is destroyed, and the next operation gets another server process.
+func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, app, adm := e.db, e.c, e.app, e.adm
+		table := pgTable(t, adm, "id int primary key")
+		ctx := context.Background()
+
+		cases := []struct {
+			name string
+			// kill terminates the transaction's server process pid and then drives tx into the
+			// error the caller must see; it returns the errors the caller saw.
+			kill func(t *testing.T, tx *sql.Tx, pid int) []error
+		}{
+			{"between statements", func(t *testing.T, tx *sql.Tx, pid int) []error {
+				killBackend(t, adm, pid)
+				_, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES (2)")
+				return []error{err, tx.Commit()}
+			}},
+			{"before commit", func(t *testing.T, tx *sql.Tx, pid int) []error {
+				killBackend(t, adm, pid)
+				return []error{tx.Commit()}
+			}},
+			{"during a statement", func(t *testing.T, tx *sql.Tx, pid int) []error {
+				done := make(chan error, 1)
+				go func() {
+					_, err := tx.ExecContext(ctx, "SELECT pg_sleep(30)")
+					done <- err
+				}()
+				waitFor(t, "pg_sleep running", func() bool { return activeQueries(t, adm, app, "pg_sleep") == 1 })
+				killBackend(t, adm, pid)
+				err := <-done
+				return []error{err, tx.Rollback()}
+			}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				before := c.Stats()
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" VALUES (1)"); err != nil {
+					t.Fatal(err)
+				}
+				var pid int
+				if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				errs := tc.kill(t, tx, pid)
+				if errs[0] == nil {
+					t.Fatal("the caller saw no error after its transaction's connection was terminated")
+				}
+				for _, err := range errs {
+					if err == nil {
+						continue
+					}
+					t.Logf("caller saw: %v", err)
+					if isGateError(err) {
+						t.Errorf("a terminated connection reported as a gate error: %v", err)
+					}
+					if errors.Is(err, ErrCommitUnknown) {
+						t.Errorf("Commit on a connection terminated before COMMIT was sent reports %v; the transaction certainly did not commit", err)
+					}
+				}
+				waitFor(t, "permit back and the connection destroyed", func() bool {
+					s := c.Stats()
+					return s.Running == 0 && s.Pool.InUse == 0 && s.Pool.Closed > before.Pool.Closed
+				})
+				var rows int
+				if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&rows); err != nil || rows != 0 {
+					t.Errorf("table has %d rows (%v) after the transaction died; want 0", rows, err)
+				}
+				if now := backendPID(t, db); now == pid {
+					t.Errorf("next operation served by terminated server process %d", pid)
+				}
+			})
+		}
+	})
+}
