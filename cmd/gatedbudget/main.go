@@ -1,0 +1,214 @@
+// Command gatedbudget checks a fleet's PostgreSQL connection budget:
+//
+//	(instances + surge) × P + other ≤ max_connections − superuser_reserved_connections − reserved_connections
+//
+// It reads the three settings from the server, takes P from the application's gated DSNs (the sum
+// of their gate_max_conns) and the rest from flags, prints the formula with the numbers, the
+// headroom and the largest P per instance that fits, and exits 0 when the plan fits, 1 when it
+// does not, and 2 on a usage or connection error. Messages never contain a password.
+//
+//	gatedbudget -dsn "$DATABASE_URL" -instances 12 -surge 3 -other 10
+//	gatedbudget -dsn "$ORDERS_DSN" -dsn "$REPORTS_DSN" -instances 12 -live
+//
+// Flags:
+//
+//	-dsn        a gated DSN of the application (repeatable, one per gated *sql.DB of an
+//	            instance; default $DATABASE_URL). P is the sum of their gate_max_conns; the first
+//	            is used to connect, and all must name the same server.
+//	-instances  peak instances: the autoscaling maximum (default 1)
+//	-surge      extra instances during a rolling deploy (default 0)
+//	-other      connections of everything else: admin, migrations, jobs, monitoring (default 0)
+//	-live       also list the server's client backends now, by application_name and state
+//	-timeout    bound on connecting and querying (default 10s)
+//
+// -dsn is repeated rather than comma-separated because a PostgreSQL URL may itself hold commas
+// (postgres://h1,h2/db lists several hosts).
+//
+// Behind PgBouncer or another pooler, the server counts the pooler's connections, not the
+// application's: check the pooler's pool sizes instead (see package gatedbudget).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/gatedbudget"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Exit codes.
+const (
+	exitFits    = 0
+	exitNoFit   = 1
+	exitFailure = 2
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run is the command, with its environment passed in so that tests can run it in-process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gatedbudget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var dsns []string
+	fs.Func("dsn", "a gated DSN of the application (repeatable; default $DATABASE_URL)", func(s string) error {
+		dsns = append(dsns, s)
+		return nil
+	})
+	instances := fs.Int("instances", 1, "peak instances (the autoscaling maximum)")
+	surge := fs.Int("surge", 0, "extra instances during a rolling deploy")
+	other := fs.Int("other", 0, "connections of everything else (admin, migrations, jobs, monitoring)")
+	live := fs.Bool("live", false, "also list the server's client backends by application_name and state")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting and querying")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitFits
+		}
+		return exitFailure
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintln(stderr, "gatedbudget: "+scrub(fmt.Sprintf(format, a...), dsns))
+		return exitFailure
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q (flags only)", fs.Args())
+	}
+	if len(dsns) == 0 {
+		u := getenv("DATABASE_URL")
+		if u == "" {
+			return fail("no -dsn given and DATABASE_URL is empty")
+		}
+		dsns = []string{u}
+	}
+	p, err := gatedbudget.PerInstance(dsns...)
+	if err != nil {
+		return fail("%v", err)
+	}
+	plan := gatedbudget.Plan{Instances: *instances, Surge: *surge, Other: *other, PerInstance: p}
+	if _, err := gatedbudget.Evaluate(gatedbudget.Settings{}, plan); err != nil {
+		return fail("%v", err)
+	}
+	if err := sameServer(dsns); err != nil {
+		return fail("%v", err)
+	}
+
+	db, err := gated.Open(dsns[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	report, err := gatedbudget.Check(ctx, db, plan)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if len(dsns) > 1 {
+		parts := make([]string, len(dsns))
+		for i, d := range dsns {
+			n, _ := gatedbudget.PerInstance(d)
+			parts[i] = fmt.Sprint(n)
+		}
+		fmt.Fprintf(stdout, "P per instance: %s = %d (gate_max_conns of %d DSNs)\n", strings.Join(parts, " + "), p, len(dsns))
+	}
+	fmt.Fprint(stdout, report)
+	if *live {
+		groups, err := gatedbudget.Live(ctx, db)
+		if err != nil {
+			return fail("%v", err)
+		}
+		printLive(stdout, groups, report.Available)
+	}
+	if !report.Fits {
+		return exitNoFit
+	}
+	return exitFits
+}
+
+func printLive(w io.Writer, groups []gatedbudget.Backends, available int) {
+	fmt.Fprintln(w, "\nclient backends now (pg_stat_activity; this command's own connection is one of them):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  application_name\tstate\tcount")
+	total := 0
+	for _, g := range groups {
+		name, state := g.ApplicationName, g.State
+		if name == "" {
+			name = "(none)"
+		}
+		if state == "" {
+			state = "(not visible)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\n", name, state, g.Count)
+		total += g.Count
+	}
+	fmt.Fprintf(tw, "  total\t\t%d of %d available\n", total, available)
+	tw.Flush()
+}
+
+// sameServer checks that PostgreSQL DSNs name one server: max_connections is per server, so P is
+// summed only over DSNs of the same one. DSNs it cannot read are left to the connection.
+func sameServer(dsns []string) error {
+	first := ""
+	for _, dsn := range dsns {
+		cfg, err := gated.ParseDSN(dsn)
+		if err != nil {
+			return err
+		}
+		if cfg.Driver != "pgx" && cfg.Driver != "postgres" {
+			continue
+		}
+		pc, err := pgconn.ParseConfig(cfg.DSN)
+		if err != nil {
+			continue
+		}
+		server := fmt.Sprintf("%s:%d", pc.Host, pc.Port)
+		switch {
+		case first == "":
+			first = server
+		case server != first:
+			return fmt.Errorf("the DSNs name different servers (%s and %s); check each server on its own", first, server)
+		}
+	}
+	return nil
+}
+
+// scrub removes the DSNs' passwords from msg. gated's errors never contain one; this also covers
+// errors of the inner driver and of the network.
+func scrub(msg string, dsns []string) string {
+	for _, dsn := range dsns {
+		var secrets []string
+		if cfg, err := gated.ParseDSN(dsn); err == nil {
+			if pc, err := pgconn.ParseConfig(cfg.DSN); err == nil && pc.Password != "" {
+				secrets = append(secrets, pc.Password, url.QueryEscape(pc.Password), url.PathEscape(pc.Password))
+			}
+		}
+		if _, rest, ok := strings.Cut(dsn, "://"); ok {
+			// By hand rather than url.Parse, which refuses a malformed URL that may still hold one.
+			if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+				rest = rest[:i]
+			}
+			if at := strings.LastIndex(rest, "@"); at >= 0 {
+				if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+					secrets = append(secrets, pw)
+					if dec, err := url.PathUnescape(pw); err == nil {
+						secrets = append(secrets, dec)
+					}
+				}
+			}
+		}
+		for _, s := range secrets {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}

@@ -1,0 +1,73 @@
+package gatedbudget
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEvaluateAtTheBoundary(t *testing.T) {
+	s := Settings{MaxConnections: 100, SuperuserReserved: 3, Reserved: 2} // 95 available
+	for _, tc := range []struct {
+		name         string
+		plan         Plan
+		wantFits     bool
+		wantHeadroom int
+		wantMaxP     int
+	}{
+		{"exactly full", Plan{Instances: 4, Surge: 1, Other: 15, PerInstance: 16}, true, 0, 16},
+		{"one over by other", Plan{Instances: 4, Surge: 1, Other: 16, PerInstance: 16}, false, -1, 15},
+		{"one over by P", Plan{Instances: 5, Surge: 0, Other: 0, PerInstance: 20}, false, -5, 19},
+		{"surge counted", Plan{Instances: 4, Surge: 2, Other: 0, PerInstance: 16}, false, -1, 15},
+		{"other above everything", Plan{Instances: 1, Other: 200, PerInstance: 1}, false, -106, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Evaluate(s, tc.plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Fits != tc.wantFits || r.Headroom != tc.wantHeadroom || r.MaxPerInstance != tc.wantMaxP || r.Available != 95 {
+				t.Errorf("got fits %v headroom %d maxP %d available %d, want %v %d %d 95",
+					r.Fits, r.Headroom, r.MaxPerInstance, r.Available, tc.wantFits, tc.wantHeadroom, tc.wantMaxP)
+			}
+		})
+	}
+}
+
+func TestEvaluateRejectsImpossiblePlans(t *testing.T) {
+	for _, p := range []Plan{
+		{Instances: 0, PerInstance: 1},
+		{Instances: 1, Surge: -1, PerInstance: 1},
+		{Instances: 1, Other: -1, PerInstance: 1},
+		{Instances: 1, PerInstance: 0},
+	} {
+		if _, err := Evaluate(Settings{MaxConnections: 100}, p); err == nil || !strings.HasPrefix(err.Error(), "gated: ") {
+			t.Errorf("Evaluate(%+v) = %v, want a gated: error", p, err)
+		}
+	}
+}
+
+func TestReportPrintsTheFormula(t *testing.T) {
+	r, _ := Evaluate(Settings{MaxConnections: 20, SuperuserReserved: 4}, Plan{Instances: 2, Surge: 1, Other: 5, PerInstance: 4})
+	want := `available: max_connections 20 − superuser_reserved_connections 4 − reserved_connections 0 = 16
+needed:    (instances 2 + surge 1) × P 4 + other 5 = 17
+headroom:  16 − 17 = -1: does NOT fit
+largest P per instance that fits: 3
+`
+	if got := r.String(); got != want {
+		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestPerInstanceSumsGateMaxConns(t *testing.T) {
+	p, err := PerInstance("postgres://h/db?gate_max_conns=7", "host=h gate_concurrent=4", "postgres://h/db?gate_concurrent=12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != 7+10+12 {
+		t.Errorf("PerInstance = %d, want 29 (7, the default 10, and 12 from gate_concurrent)", p)
+	}
+	_, err = PerInstance("postgres://app:s3cr3t@h/db?gate_max_conns=zero")
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "gate_max_conns") {
+		t.Errorf("bad DSN: %v, want an error naming gate_max_conns without the password", err)
+	}
+}

@@ -1,0 +1,297 @@
+package gatedhttp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// RetryOptions configures a [RetryTransport]. The zero value gives the defaults, which are
+// Finagle's RetryBudget defaults (20 % of requests over 10 s, on top of 10 retries per second).
+//
+// Finagle's budget rather than gRPC's retry throttling: Finagle bounds retries by a share of the
+// requests sent, which is the bound we want to state (at most 1.2 attempts per request, plus the
+// floor), and its defaults are published. gRPC's throttling is a token bucket that failures drain
+// and successes refill; it has no defaults (it is off unless a service config sets maxTokens and
+// tokenRatio), and its bound depends on the success rate, not on the number of requests.
+type RetryOptions struct {
+	// MaxAttempts is the most attempts one request gets, the first included. Default 3; 1 turns
+	// retries off.
+	MaxAttempts int
+	// BudgetRatio is the share of requests that may be retried within BudgetWindow. Default
+	// 0.2; a negative value allows only the floor (MinRetriesPerSecond).
+	BudgetRatio float64
+	// BudgetWindow is how long a request counts towards the budget. Default 10s.
+	BudgetWindow time.Duration
+	// MinRetriesPerSecond is the floor: retries allowed on top of the ratio, so that a client
+	// sending few requests can still retry. Default 10; a negative value means none.
+	MinRetriesPerSecond float64
+	// BackoffBase and BackoffMax bound the backoff before retry n (n = 1, 2, ...): a random
+	// duration in [0, min(BackoffMax, BackoffBase × 2^(n-1))) ("full jitter"). Defaults 50ms and 2s.
+	BackoffBase, BackoffMax time.Duration
+	// MaxRetryAfter is the longest Retry-After the transport waits for. A response asking for a
+	// longer wait is returned to the caller instead of retried early. Default 10s.
+	MaxRetryAfter time.Duration
+}
+
+func (o *RetryOptions) normalize() {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 3
+	}
+	switch {
+	case o.BudgetRatio == 0:
+		o.BudgetRatio = 0.2
+	case o.BudgetRatio < 0:
+		o.BudgetRatio = 0
+	}
+	if o.BudgetWindow <= 0 {
+		o.BudgetWindow = 10 * time.Second
+	}
+	switch {
+	case o.MinRetriesPerSecond == 0:
+		o.MinRetriesPerSecond = 10
+	case o.MinRetriesPerSecond < 0:
+		o.MinRetriesPerSecond = 0
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = 50 * time.Millisecond
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 2 * time.Second
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = 10 * time.Second
+	}
+}
+
+// RetryStats counts what a [RetryTransport] did since it was made.
+type RetryStats struct {
+	Requests        int64 // RoundTrip calls
+	Attempts        int64 // requests sent to the base transport: Requests plus retries
+	Retries         int64 // retries sent
+	BudgetExhausted int64 // 503 or 429 answers returned without a retry because the budget was spent
+}
+
+// A RetryTransport is an http.RoundTripper that retries 503 Service Unavailable and 429 Too Many
+// Requests within a retry budget. Every other answer, and every transport error, is returned as
+// is: a 503 or 429 means the server refused the request before doing its work, while an error can
+// come after the server did it.
+//
+// A request is retried only when all of these hold:
+//
+//   - it can be replayed: its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and
+//     it has no body, or it has GetBody (http.NewRequest sets it for bytes and strings readers),
+//     whatever its method — a POST with GetBody is retried, because a 503 or 429 is a refusal;
+//   - it has had fewer than MaxAttempts attempts;
+//   - the answer's Retry-After, if any, is at most MaxRetryAfter;
+//   - the wait (Retry-After plus the full-jitter backoff) ends before the request context's
+//     deadline, and the context has not ended;
+//   - the budget allows it (see [RetryOptions]). The budget belongs to the transport: use one
+//     RetryTransport per service called, shared by all goroutines calling it.
+//
+// The body of an answer it does not return is read (up to 64 KiB, so the connection can be
+// reused) and closed. When the context ends during the wait, RoundTrip returns the last answer
+// (its body kept in memory), or the context's error if that body was too large to keep.
+//
+// A RetryTransport is safe for concurrent use.
+type RetryTransport struct {
+	base   http.RoundTripper
+	opts   RetryOptions
+	budget *retryBudget
+
+	requests, attempts, retries, exhausted atomic.Int64
+}
+
+var _ http.RoundTripper = (*RetryTransport)(nil)
+
+// NewRetryTransport returns a RetryTransport that sends requests through base
+// (http.DefaultTransport when nil), with opts' zero fields set to their defaults.
+func NewRetryTransport(base http.RoundTripper, opts RetryOptions) *RetryTransport {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	opts.normalize()
+	return &RetryTransport{
+		base:   base,
+		opts:   opts,
+		budget: newRetryBudget(opts.BudgetRatio, opts.MinRetriesPerSecond, opts.BudgetWindow),
+	}
+}
+
+// Stats returns the transport's counters. Safe for concurrent use.
+func (t *RetryTransport) Stats() RetryStats {
+	return RetryStats{
+		Requests:        t.requests.Load(),
+		Attempts:        t.attempts.Load(),
+		Retries:         t.retries.Load(),
+		BudgetExhausted: t.exhausted.Load(),
+	}
+}
+
+// CloseIdleConnections closes the base transport's idle connections, if it has that method, so
+// that http.Client.CloseIdleConnections reaches it.
+func (t *RetryTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip sends req, and retries it as the type's documentation describes. It does not modify
+// req: retries send clones with a body from req.GetBody.
+func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.requests.Add(1)
+	t.budget.deposit(time.Now())
+	ctx := req.Context()
+	replay := replayable(req)
+	next := req
+	for attempt := 1; ; attempt++ {
+		t.attempts.Add(1)
+		resp, err := t.base.RoundTrip(next)
+		if err != nil || !refused(resp.StatusCode) || !replay || attempt >= t.opts.MaxAttempts {
+			return resp, err
+		}
+		wait, ok := t.wait(resp, attempt)
+		if !ok {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return resp, nil
+		}
+		if deadline, has := ctx.Deadline(); has && !time.Now().Add(wait).Before(deadline) {
+			return resp, nil
+		}
+		if next, err = clone(req); err != nil {
+			return resp, nil
+		}
+		if !t.budget.withdraw(time.Now()) {
+			t.exhausted.Add(1)
+			closeBody(next)
+			return resp, nil
+		}
+		kept := discard(resp)
+		if !sleep(ctx, wait) {
+			closeBody(next)
+			if kept != nil {
+				return kept, nil
+			}
+			return nil, ctx.Err()
+		}
+		t.retries.Add(1)
+	}
+}
+
+// refused reports whether an answer is one the transport retries.
+func refused(status int) bool {
+	return status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests
+}
+
+// replayable reports whether req can be sent again (see RetryTransport).
+func replayable(req *http.Request) bool {
+	if req.GetBody != nil {
+		return true
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// clone returns a copy of req for another attempt, with a fresh body from GetBody.
+func clone(req *http.Request) (*http.Request, error) {
+	r := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = body
+	}
+	return r, nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// wait returns how long to wait before retry number attempt, or false when the answer's
+// Retry-After asks for longer than MaxRetryAfter.
+func (t *RetryTransport) wait(resp *http.Response, attempt int) (time.Duration, bool) {
+	backoff := t.opts.BackoffMax
+	if shift := attempt - 1; shift < 32 && t.opts.BackoffBase<<shift < backoff && t.opts.BackoffBase<<shift > 0 {
+		backoff = t.opts.BackoffBase << shift
+	}
+	jitter := rand.N(backoff)
+	retryAfter, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if !ok {
+		return jitter, true
+	}
+	if retryAfter > t.opts.MaxRetryAfter {
+		return 0, false
+	}
+	return retryAfter + jitter, true
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date (RFC 9110 10.2.3).
+// A missing, malformed or past value reports false.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		if secs > int64(365*24*time.Hour/time.Second) {
+			secs = int64(365 * 24 * time.Hour / time.Second) // beyond any cap; avoids overflow
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	when, err := http.ParseTime(v)
+	if err != nil || !when.After(now) {
+		return 0, false
+	}
+	return when.Sub(now), true
+}
+
+// discardLimit is how much of a discarded body is read so its connection can be reused.
+const discardLimit = 64 << 10
+
+// discard reads resp's body (at most discardLimit) and closes it. It returns resp with the body
+// kept in memory when it was read to its end, or nil when it was larger.
+func discard(resp *http.Response) *http.Response {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, discardLimit+1))
+	resp.Body.Close()
+	if err != nil || len(b) > discardLimit {
+		return nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp
+}
+
+// sleep waits for d, and reports false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
+	}
+}
