@@ -127,17 +127,23 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 		pc.sweep(&cn.c.stmts)
 		before := pc.inner.sent()
 		err := op(pc)
-		if err == nil || !pc.inner.unsent(err, before) {
+		if err == nil {
 			if !keepsFresh {
 				cn.fresh = false
 			}
-			return hideBadConn(err)
+			return nil
+		}
+		if !pc.inner.unsent(err, before) {
+			if !keepsFresh {
+				cn.fresh = false
+			}
+			return opError(ctx, err)
 		}
 		pc.broken = true
 		if !cn.fresh {
 			// Session state (a transaction, a pinned connection's settings) died with pc:
 			// the caller must see the failure.
-			return hideBadConn(err)
+			return opError(ctx, err)
 		}
 		if !pc.used {
 			if newTries++; newTries == maxPhysicalTries {
@@ -148,6 +154,17 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 			return err
 		}
 	}
+}
+
+// opError is the error run returns for err: never driver.ErrBadConn (database/sql would run the
+// operation again), and wrapping the context's error when the context has ended, which a driver
+// may report only as a bad connection (lib/pq does).
+func opError(ctx context.Context, err error) error {
+	err = hideBadConn(err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
 }
 
 // abandon is run's panic path: the physical connection is destroyed, and a binding made by the

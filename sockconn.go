@@ -3,8 +3,10 @@ package gated
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +40,8 @@ type sockConn struct {
 	busy         atomic.Bool // an operation used the connection since it was last idle
 	stop         func() bool // ends the current watch; nil when none
 	mu           sync.Mutex
-	watchGen     uint64 // guarded by mu: changes when a watch ends, so a late expiry does nothing
+	watchGen     uint64                // guarded by mu: changes when a watch ends, so a late expiry does nothing
+	expiredBy    atomic.Pointer[error] // the context's error, once a watch cut the socket's calls short
 
 	once     sync.Once
 	closeErr error
@@ -61,6 +64,9 @@ func (s *sockConn) Write(b []byte) (int, error) {
 	}
 	n, err := s.Conn.Write(b)
 	s.written.Add(int64(n))
+	if err != nil {
+		err = s.explain(err)
+	}
 	return n, err
 }
 
@@ -107,10 +113,44 @@ func (s *sockConn) watch(ctx context.Context) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.watchGen == gen {
+			err := context.Cause(ctx)
+			s.expiredBy.Store(&err)
 			s.Conn.SetDeadline(time.Now())
 		}
 	})
 }
+
+func (s *sockConn) Read(b []byte) (int, error) {
+	n, err := s.Conn.Read(b)
+	if err != nil {
+		err = s.explain(err)
+	}
+	return n, err
+}
+
+// explain turns the timeout of a call that a watch cut short into an error that wraps the
+// context's error, so errors.Is(err, context.DeadlineExceeded) holds as with pgx. It stays a
+// *net.OpError: lib/pq marks its connection bad only for that type.
+func (s *sockConn) explain(err error) error {
+	cause := s.expiredBy.Load()
+	var op *net.OpError
+	if cause == nil || !errors.As(err, &op) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	cp := *op
+	cp.Err = &cutShortError{ctx: *cause, err: op.Err}
+	return &cp
+}
+
+// cutShortError is the cause of a socket call that a watch cut short.
+type cutShortError struct{ ctx, err error }
+
+func (e *cutShortError) Error() string {
+	return fmt.Sprintf("gated: the context ended (%v) and the server had not answered lib/pq's cancel request %v later", e.ctx, cancelGrace)
+}
+
+func (e *cutShortError) Unwrap() []error { return []error{e.ctx, e.err} }
+func (e *cutShortError) Timeout() bool   { return true }
 
 // unwatch ends the watch; it reports false when the context ended meanwhile: the socket's
 // deadline may have passed, or may yet.
