@@ -242,8 +242,12 @@ func (cn *conn) Begin() (driver.Tx, error) {
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
-		res, err = pc.exec(ctx, query, args)
-		return err
+		for retried := false; ; retried = true {
+			res, err = pc.exec(ctx, query, args)
+			if !cn.mayRetryStale(pc, query, err, retried) {
+				return err
+			}
+		}
 	})
 	return res, err
 }
@@ -254,10 +258,26 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
-		rows, err = pc.query(ctx, query, args)
-		return err
+		for retried := false; ; retried = true {
+			rows, err = pc.query(ctx, query, args)
+			if !cn.mayRetryStale(pc, query, err, retried) {
+				return err
+			}
+		}
 	})
 	return rows, err
+}
+
+// mayRetryStale reports whether an unprepared query that failed with err may run once more: the
+// driver's own cached statement for it had gone stale, so the server ran nothing, and nothing
+// else ran in the binding, so no transaction was aborted by the failure. pgx runs an unprepared
+// query on a statement the application prepared for the same text, so that copy is evicted too.
+func (cn *conn) mayRetryStale(pc *physConn, query string, err error, retried bool) bool {
+	if err == nil || !pc.inner.staleStatement(err) {
+		return false
+	}
+	pc.evictQuery(query)
+	return !retried && cn.fresh
 }
 
 // Ping binds the connection like any other operation, so under overload it is refused: a

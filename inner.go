@@ -54,6 +54,11 @@ type innerConn interface {
 	// a used connection serves another operation, and before COMMIT: a connection that died
 	// before the statement was sent must be told from one lost after.
 	checkBeforeWrite()
+	// staleStatement reports whether err says that a statement the driver itself prepared and
+	// cached for an unprepared query is no longer valid on the server (pgx caches statements per
+	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing
+	// and the driver has dropped its cache entry: the query may run once more.
+	staleStatement(err error) bool
 	// closeStmts reports whether prepared statements hold client-side resources that must be
 	// freed when the connection is destroyed.
 	closeStmts() bool
@@ -100,6 +105,17 @@ func sendRollback(dc driver.Conn, ctx context.Context) bool {
 		}
 	}
 	return err == nil
+}
+
+// staleState reports whether err is the server's refusal of a prepared statement that has gone
+// stale: 26000 (prepared statement does not exist, after DISCARD ALL or DEALLOCATE) or 0A000
+// (cached plan must not change result type, after a migration). Neither ran anything.
+func staleState(err error) bool {
+	switch sqlState(err) {
+	case "0A000", "26000":
+		return true
+	}
+	return false
 }
 
 // sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error

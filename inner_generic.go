@@ -76,3 +76,5 @@ func (genericConn) checkBeforeWrite()     {}
 
 // closeStmts: statements of an unknown driver may hold client-side resources (SQLite's do).
 func (genericConn) closeStmts() bool { return true }
+
+func (genericConn) staleStatement(error) bool { return false }

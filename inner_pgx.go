@@ -33,7 +33,7 @@ func newPgxInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) inn
 			if err != nil {
 				return nil, err
 			}
-			return wrapDialed(ctx, c, false), nil
+			return wrapDialed(ctx, c, false, false), nil
 		}
 		return nil
 	}
@@ -105,3 +105,6 @@ func armSock(s *sockConn) {
 		s.armed.Store(true)
 	}
 }
+
+// staleStatement: pgx drops a cached statement from its cache when a query on it fails.
+func (c *pgxConn) staleStatement(err error) bool { return staleState(err) }

@@ -42,7 +42,7 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
-	return wrapDialed(ctx, c, true), nil
+	return wrapDialed(ctx, c, true, true), nil
 }
 
 // pqConn is a lib/pq connection. lib/pq reports whether it is still usable (driver.Validator)
@@ -55,7 +55,15 @@ type pqConn struct {
 func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
 func (c *pqConn) idle() bool  { return c.alive() }
 
-func (c *pqConn) close() { c.dc.Close() } // the socket's Close drains when it must
+// close closes the connection; the socket's Close drains when a statement may still run, and
+// close waits for that.
+func (c *pqConn) close() {
+	c.dc.Close()
+	if c.sock != nil {
+		c.sock.Close() // lib/pq may have left it open after a failed write
+		c.sock.awaitDrain()
+	}
+}
 
 func (c *pqConn) sent() int64 { return sockSent(c.sock) }
 
@@ -80,7 +88,8 @@ func (c *pqConn) endFailedTx() bool {
 
 func (c *pqConn) watch(ctx context.Context) {
 	if c.sock != nil {
-		c.sock.watch(ctx)
+		c.sock.busy.Store(true)
+		c.sock.watch(ctx, cancelGrace)
 	}
 }
 
@@ -95,3 +104,6 @@ func (c *pqConn) rested() {
 func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pqConn) closeStmts() bool { return false }
+
+// staleStatement: lib/pq caches no statements of its own.
+func (c *pqConn) staleStatement(error) bool { return false }

@@ -99,6 +99,11 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	var sock *sockConn
 	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &sock))
+	if sock != nil && !sock.unwatch() && err == nil {
+		// The context ended as the connection was made: its socket's deadline may have passed.
+		dc.Close()
+		err = ctx.Err()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

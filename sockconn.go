@@ -45,6 +45,7 @@ type sockConn struct {
 
 	once     sync.Once
 	closeErr error
+	drained  chan struct{} // set by Close when it drains in the background; closed when done
 }
 
 // errHungUpWhileIdle is what a write returns, having sent nothing, when the server closed the
@@ -79,13 +80,30 @@ func (s *sockConn) Close() error {
 		s.endWatch()
 		if s.drainOnClose && s.busy.Load() {
 			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-				s.Conn.SetReadDeadline(time.Now().Add(cleanupWait))
-				io.Copy(io.Discard, s.Conn)
+				// lib/pq closes its socket itself, in the caller's goroutine, when a context
+				// ended: the drain goes on in the background, and the connection's destroy
+				// (pqConn.close) waits for it, so the permit follows it.
+				s.drained = make(chan struct{})
+				go func() {
+					defer close(s.drained)
+					s.Conn.SetReadDeadline(time.Now().Add(cleanupWait))
+					io.Copy(io.Discard, s.Conn)
+					s.Conn.Close()
+				}()
+				return
 			}
 		}
 		s.closeErr = s.Conn.Close()
 	})
 	return s.closeErr
+}
+
+// awaitDrain waits until a drain started by Close has ended. Call it after Close (sync.Once
+// orders the two).
+func (s *sockConn) awaitDrain() {
+	if d := s.drained; d != nil {
+		<-d
+	}
 }
 
 // cancelGrace is how long after a context ended a lib/pq socket's blocking calls are cut short.
@@ -96,10 +114,8 @@ func (s *sockConn) Close() error {
 // only when the server does not answer, as in a network partition.
 const cancelGrace = 100 * time.Millisecond
 
-// watch makes the socket fail its blocking calls once ctx has ended for cancelGrace, until
-// unwatch.
-func (s *sockConn) watch(ctx context.Context) {
-	s.busy.Store(true)
+// watch makes the socket fail its blocking calls once ctx has ended for grace, until unwatch.
+func (s *sockConn) watch(ctx context.Context, grace time.Duration) {
 	s.unwatch()
 	if ctx.Done() == nil {
 		return
@@ -108,8 +124,10 @@ func (s *sockConn) watch(ctx context.Context) {
 	gen := s.watchGen
 	s.mu.Unlock()
 	s.stop = context.AfterFunc(ctx, func() {
-		t := time.NewTimer(cancelGrace)
-		<-t.C
+		if grace > 0 {
+			t := time.NewTimer(grace)
+			<-t.C
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.watchGen == gen {
@@ -177,12 +195,18 @@ func (s *sockConn) endWatch() {
 type netConnSlot struct{}
 
 // wrapDialed wraps a socket dialed for a connection that pool.dial asked for through ctx.
-func wrapDialed(ctx context.Context, c net.Conn, drainOnClose bool) net.Conn {
+// watchConnect makes the context bound the connection's set-up too (lib/pq does not bound it by
+// the context: without connect_timeout a server that accepts and never answers would hold the
+// caller for ever); pool.dial ends that watch.
+func wrapDialed(ctx context.Context, c net.Conn, drainOnClose, watchConnect bool) net.Conn {
 	slot, ok := ctx.Value(netConnSlot{}).(**sockConn)
 	if !ok {
 		return c
 	}
 	s := newSockConn(c, drainOnClose)
+	if watchConnect {
+		s.watch(ctx, 0)
+	}
 	*slot = s // a failover dials again: the last socket is the connection's
 	return s
 }

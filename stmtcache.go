@@ -95,13 +95,18 @@ func (pc *physConn) stmtFor(ctx context.Context, s *stmtShare) (driver.Stmt, err
 // evictStale removes pc's copy of s when err says the server no longer accepts it, and reports
 // whether it did.
 func (pc *physConn) evictStale(err error, s *stmtShare) bool {
-	switch sqlState(err) {
-	case "0A000", "26000":
-	default:
-		return false
-	}
+	return staleState(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
+}
+
+// evictQuery removes pc's copy of the statement for query, if any.
+func (pc *physConn) evictQuery(query string) {
+	pc.evict(func(ps physStmt) bool { return ps.share.query == query })
+}
+
+// evict closes and removes the first copy that match reports, and reports whether there was one.
+func (pc *physConn) evict(match func(physStmt) bool) bool {
 	for i, ps := range pc.stmts {
-		if ps.share == s {
+		if match(ps) {
 			ps.st.Close()
 			pc.stmts = append(pc.stmts[:i], pc.stmts[i+1:]...)
 			return true
