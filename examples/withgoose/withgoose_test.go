@@ -4,29 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/examples/internal/extest"
 	"github.com/gatedsql/gated/examples/withgoose"
-	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { extest.Main(m) }
 
 // open opens a gated *sql.DB with params on a fresh schema.
 func open(t *testing.T, drv, params string) *sql.DB {

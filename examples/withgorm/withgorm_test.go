@@ -2,30 +2,17 @@ package withgorm_test
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/examples/internal/extest"
 	"github.com/gatedsql/gated/examples/withgorm"
-	"github.com/gatedsql/gated/internal/pgtest"
-	"go.uber.org/goleak"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { extest.Main(m) }
 
 type Product struct {
 	ID    uint

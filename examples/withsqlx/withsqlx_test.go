@@ -2,29 +2,16 @@ package withsqlx_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/examples/internal/extest"
 	"github.com/gatedsql/gated/examples/withsqlx"
-	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/jmoiron/sqlx"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { extest.Main(m) }
 
 type person struct {
 	ID    int64  `db:"id"`
