@@ -6,12 +6,16 @@ import (
 	"fmt"
 
 	"github.com/gatedsql/gated"
-	_ "modernc.org/sqlite" // any registered driver can be the inner one
+	"github.com/gatedsql/gated/internal/fakedb"
 )
 
 // A gate with one execution permit and no waiting room refuses a second transaction at once.
+//
+// The inner driver here is an in-memory fake, so that the example runs without a server; any
+// registered driver can be the inner one (gate_driver names it), and pgx is the default.
 func Example() {
-	db, err := sql.Open("gated", "file::memory:?gate_driver=sqlite&gate_max_conns=1&gate_concurrent=1&gate_queue=0")
+	inner := fakedb.New().Register() // a registered driver name, as "sqlite" or "mysql" would be
+	db, err := sql.Open("gated", "mem?gate_driver="+inner+"&gate_max_conns=1&gate_concurrent=1&gate_queue=0")
 	if err != nil {
 		panic(err)
 	}

@@ -13,8 +13,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the run when a goroutine of the fake or of database/sql outlives the tests
-// (a small stand-in for goleak, which this module does not require).
+// TestMain fails the run when a goroutine of the fake or of database/sql outlives the tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // openDB registers d and opens a *sql.DB on it, closed at the end of the test.
