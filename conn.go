@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -25,6 +26,8 @@ type conn struct {
 	fresh  bool // nothing that created session state ran on pc in this binding: a broken pc may be swapped
 	txOpen bool // a transaction began on pc and has not ended
 	closed bool
+
+	since time.Time // when the permit was granted, if an Observer is attached
 }
 
 var (
@@ -51,7 +54,9 @@ func (cn *conn) bind(ctx context.Context) error {
 		return driver.ErrBadConn // database/sql never uses a closed conn; be safe if it did
 	}
 	g := cn.c.gate
+	start := cn.c.obs.now()
 	pc, err := g.acquire(ctx)
+	cn.since = cn.c.obs.acquired(g, start, err)
 	if err != nil {
 		return err
 	}
@@ -62,6 +67,7 @@ func (cn *conn) bind(ctx context.Context) error {
 		return err
 	}
 	pc, err = cn.c.pool.ready(ctx, pc)
+	cn.c.obs.connected(g, cn.since, err)
 	if err != nil {
 		g.release(nil)
 		return err
@@ -82,6 +88,7 @@ func (cn *conn) unbind() {
 		return
 	}
 	cn.g, cn.pc = nil, nil
+	cn.c.obs.held(g, cn.since)
 	if cn.txOpen {
 		// The transaction was neither committed nor rolled back.
 		cn.txOpen = false
@@ -113,7 +120,9 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 	}
 	for newTries := 0; ; {
 		pc := cn.pc
+		start := cn.c.obs.now()
 		err := op(pc)
+		cn.c.obs.statement(cn.g, start, ctx, err)
 		if err == nil || !lostBeforeRun(err, pc) {
 			if !keepsFresh {
 				cn.fresh = false
@@ -164,6 +173,7 @@ func lostBeforeRun(err error, pc *physConn) bool {
 func (cn *conn) replace(ctx context.Context) error {
 	old := cn.pc
 	cn.pc = nil
+	old.closedFor = CloseDeadIdle
 	cn.c.pool.destroyAsync(old, nil)
 	pc, err := cn.c.pool.ready(ctx, nil)
 	if err != nil {

@@ -22,6 +22,7 @@ type Connector struct {
 	drv    Driver
 	pool   *pool
 	gate   *gate
+	obs    observer // the Config's Observer and Logger (observe.go)
 	closed atomic.Bool
 }
 
@@ -44,6 +45,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	c.drv.c = c
 	c.pool = newPool(inner, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
 	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.cfg.QueueOrder == QueueAdaptive, c.pool)
+	c.initObserve()
 	return c, nil
 }
 
@@ -112,6 +114,7 @@ func (c *Connector) Close() error {
 	}
 	c.gate.close()
 	c.pool.close()
+	c.closeObserve()
 	return nil
 }
 
@@ -124,6 +127,7 @@ func (c *Connector) Config() *Config { return c.cfg.Clone() }
 func (c *Connector) Stats() Stats {
 	var s Stats
 	c.gate.stats(&s)
+	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
 	return s
 }

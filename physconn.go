@@ -31,6 +31,7 @@ type physConn struct {
 	idleSince int64          // pool clock when last made idle
 	used      bool           // served an operation: reset before the next one
 	broken    bool           // must be destroyed rather than reused
+	closedFor CloseReason    // why it is destroyed; CloseBroken unless set (observe.go)
 
 	stmts     map[string]driver.Stmt // prepared statements by query text
 	stmtOrder []string               // insertion order, for eviction

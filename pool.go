@@ -24,6 +24,7 @@ type pool struct {
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
+	obs       *observer     // the Connector's, set once before use (observe.go)
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -35,7 +36,10 @@ type pool struct {
 	reaping bool // the reaper goroutine runs
 	opened  int64
 	closedN int64
-	failed  int64 // connection attempts that failed
+	failed  int64 // connection attempts that failed while the caller's context was alive
+
+	dialCanceled int64                  // connection attempts cut short by the caller's context
+	closedBy     [numCloseReasons]int64 // closedN by reason
 
 	// clock is a coarse time (Unix ns) for lifetimes, advanced by the reaper at least every
 	// maxReapInterval: reading the real clock twice per operation costs more than the rest of the
@@ -51,7 +55,7 @@ type pool struct {
 const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, maxConns int, lifetime, idleTime time.Duration) *pool {
-	return &pool{connector: c, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
+	return &pool{connector: c, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, stop: make(chan struct{})}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
@@ -70,6 +74,7 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 			p.inUse++
 			p.mu.Unlock()
 			if pc.expired(p.clock.Load(), p.lifetime, p.idleTime) {
+				pc.closedFor = pc.expiryReason(p.clock.Load(), p.lifetime)
 				p.destroy(pc)
 				continue
 			}
@@ -96,11 +101,13 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	var nc net.Conn
+	start := p.obs.now()
 	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &nc))
+	p.obs.dialed(start, ctx, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.failed++
+		p.countDialFailureLocked(ctx)
 		p.releaseSlotLocked()
 		return nil, hideBadConn(err)
 	}
@@ -117,6 +124,7 @@ func (p *pool) put(pc *physConn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		pc.closedFor = CloseConnector
 		return false
 	}
 	pc.idleSince = p.clock.Load()
@@ -132,8 +140,10 @@ func (p *pool) destroy(pc *physConn) {
 	p.mu.Lock()
 	p.inUse--
 	p.closedN++
+	p.closedBy[pc.closedFor]++
 	p.releaseSlotLocked()
 	p.mu.Unlock()
+	p.obs.connClosed(pc.closedFor)
 }
 
 // destroyAsync destroys pc in the background and then calls done (when not nil): the permit an
@@ -186,6 +196,7 @@ func (p *pool) close() {
 	close(p.stop)
 	p.mu.Unlock()
 	for _, pc := range idle {
+		pc.closedFor = CloseConnector
 		p.destroy(pc)
 	}
 	p.bg.Wait()
@@ -233,6 +244,7 @@ func (p *pool) takeExpired(now int64) []*physConn {
 	kept := p.idle[:0]
 	for _, pc := range p.idle {
 		if pc.expired(now, p.lifetime, p.idleTime) {
+			pc.closedFor = pc.expiryReason(now, p.lifetime)
 			expired = append(expired, pc)
 		} else {
 			kept = append(kept, pc)
@@ -255,6 +267,7 @@ func (p *pool) stats(s *PoolStats) {
 	s.Opened = p.opened
 	s.Closed = p.closedN
 	s.ConnectErrors = p.failed
+	p.obsStatsLocked(s)
 }
 
 // ready returns a physical connection for a new binding: pc when one was handed over with the
@@ -273,6 +286,7 @@ func (p *pool) ready(ctx context.Context, pc *physConn) (*physConn, error) {
 		if pc.reset(ctx) == nil {
 			return pc, nil
 		}
+		pc.closedFor = CloseDeadIdle
 		p.destroyAsync(pc, nil)
 		pc = nil
 		if err := ctx.Err(); err != nil {

@@ -22,16 +22,23 @@ var _ driver.Tx = (*tx)(nil)
 func (t *tx) Commit() error {
 	pc := t.cn.pc
 	sent := pc != nil && pc.alive() // a connection already dead cannot have sent the COMMIT
+	start := t.cn.c.obs.now()
 	err := t.end(t.inner.Commit())
+	t.cn.c.obs.statement(t.cn.g, start, nil, err)
 	if err != nil && sent && commitOutcomeUnknown(err, pc) {
-		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		t.cn.c.obs.commitUnknown(t.cn.g, err)
+		return err
 	}
 	return err
 }
 
 // Rollback rolls the physical transaction back.
 func (t *tx) Rollback() error {
-	return t.end(t.inner.Rollback())
+	start := t.cn.c.obs.now()
+	err := t.end(t.inner.Rollback())
+	t.cn.c.obs.statement(t.cn.g, start, nil, err)
+	return err
 }
 
 func (t *tx) end(err error) error {
