@@ -142,8 +142,9 @@ func (r CloseReason) String() string {
 	return "unknown"
 }
 
-// defaultWorkload names the gate configured by gate_concurrent, gate_queue and gate_queue_wait.
-const defaultWorkload = "default"
+// DefaultWorkload is the workload name of the gate configured by gate_concurrent, gate_queue and
+// gate_queue_wait, the one [Connector.Stats] describes; events of its operations carry it.
+const DefaultWorkload = "default"
 
 // refusalLogInterval is the shortest time between two log lines summarizing refusals of one
 // workload, or connection failures.
@@ -165,8 +166,8 @@ func (c *Connector) initObserve() {
 	c.obs = observer{o: c.cfg.Observer, log: c.cfg.Logger, dsn: c.cfg.DSN}
 	c.obs.connLog.write = c.obs.logConnectFailures
 	c.pool.obs = &c.obs
-	c.gate.wl.name = defaultWorkload
-	c.gate.wl.refusals.write = func(n [2]int64, _ error) { c.obs.logRefusals(defaultWorkload, n) }
+	c.gate.wl.name = DefaultWorkload
+	c.gate.wl.refusals.write = func(n [2]int64, _ error) { c.obs.logRefusals(DefaultWorkload, n) }
 }
 
 // closeObserve writes the log lines still pending, so that nothing is lost and no timer outlives

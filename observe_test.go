@@ -154,7 +154,7 @@ func TestObserverEventsMatchStats(t *testing.T) {
 	if got := rec.n(EventStatement); got != 8 {
 		t.Errorf("statement events = %d, want 8", got)
 	}
-	if !rec.names[defaultWorkload] || len(rec.names) != 1 {
+	if !rec.names[DefaultWorkload] || len(rec.names) != 1 {
 		t.Errorf("workloads seen: %v", rec.names)
 	}
 }
@@ -416,7 +416,7 @@ func TestLoggerSummarizesRefusalsAtMostOncePerSecond(t *testing.T) {
 	var total int64
 	for i, r := range recs {
 		total += attrOf(r, "full").Int64() + attrOf(r, "timeout").Int64()
-		if w := attrOf(r, "workload").String(); w != defaultWorkload {
+		if w := attrOf(r, "workload").String(); w != DefaultWorkload {
 			t.Errorf("workload = %q", w)
 		}
 		// The last line may be Close's flush, which does not wait for the interval.
