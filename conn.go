@@ -27,7 +27,7 @@ type conn struct {
 	txOpen bool // a transaction began on pc and has not ended
 	closed bool
 
-	since time.Time // when the permit was granted, if an Observer is attached
+	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
 }
 
 var (

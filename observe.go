@@ -177,33 +177,40 @@ func (c *Connector) closeObserve() {
 	c.obs.connLog.stop()
 }
 
-// now returns the time when an Observer is attached, and the zero time otherwise.
-func (o *observer) now() time.Time {
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow returns the monotonic clock as a duration since monoBase: one clock reading, where
+// time.Now takes two (wall and monotonic), and a measurement point is on every operation's path.
+func monoNow() time.Duration { return time.Since(monoBase) }
+
+// now returns the monotonic time (monoNow) when an Observer is attached, and 0 otherwise.
+func (o *observer) now() time.Duration {
 	if o.o == nil {
-		return time.Time{}
+		return 0
 	}
-	return time.Now()
+	return monoNow()
 }
 
 // acquired records how gate g answered an operation that arrived at start (from now): err is
 // what g.acquire returned. It returns the time the execution permit was granted when an Observer
 // is attached, for connected and held.
-func (o *observer) acquired(g *gate, start time.Time, err error) time.Time {
+func (o *observer) acquired(g *gate, start time.Duration, err error) time.Duration {
 	if o.o == nil && o.log == nil {
-		return time.Time{}
+		return 0
 	}
 	return o.acquiredSlow(g, start, err)
 }
 
-func (o *observer) acquiredSlow(g *gate, start time.Time, err error) time.Time {
+func (o *observer) acquiredSlow(g *gate, start time.Duration, err error) time.Duration {
 	var kind EventKind
 	switch err {
 	case nil:
 		if o.o == nil {
-			return time.Time{}
+			return 0
 		}
-		now := time.Now()
-		o.o.Observe(Event{Kind: EventAdmitted, Workload: g.wl.name, Duration: now.Sub(start)})
+		now := monoNow()
+		o.o.Observe(Event{Kind: EventAdmitted, Workload: g.wl.name, Duration: now - start})
 		return now
 	case ErrAdmissionFull:
 		kind = EventRejectedFull
@@ -221,40 +228,40 @@ func (o *observer) acquiredSlow(g *gate, start time.Time, err error) time.Time {
 	if o.o != nil {
 		o.o.Observe(Event{Kind: kind, Workload: g.wl.name})
 	}
-	return time.Time{}
+	return 0
 }
 
 // connected records the end of pool.ready for an operation whose permit was granted at since.
-func (o *observer) connected(g *gate, since time.Time, err error) {
+func (o *observer) connected(g *gate, since time.Duration, err error) {
 	if o.o != nil {
-		o.o.Observe(Event{Kind: EventConnect, Workload: g.wl.name, Duration: time.Since(since), Err: err})
+		o.o.Observe(Event{Kind: EventConnect, Workload: g.wl.name, Duration: monoNow() - since, Err: err})
 	}
 }
 
 // held records the end of a binding whose permit was granted at since.
-func (o *observer) held(g *gate, since time.Time) {
+func (o *observer) held(g *gate, since time.Duration) {
 	if o.o != nil {
-		o.o.Observe(Event{Kind: EventHold, Workload: g.wl.name, Duration: time.Since(since)})
+		o.o.Observe(Event{Kind: EventHold, Workload: g.wl.name, Duration: monoNow() - since})
 	}
 }
 
 // statement records one call into the inner driver that began at start (from now) and returned
 // err, under ctx (nil for Commit and Rollback, which have none). It counts the server-side
 // timeouts in g's Stats whether or not an Observer is attached.
-func (o *observer) statement(g *gate, start time.Time, ctx context.Context, err error) {
+func (o *observer) statement(g *gate, start time.Duration, ctx context.Context, err error) {
 	if o.o == nil && err == nil {
 		return
 	}
 	o.statementSlow(g, start, ctx, err)
 }
 
-func (o *observer) statementSlow(g *gate, start time.Time, ctx context.Context, err error) {
+func (o *observer) statementSlow(g *gate, start time.Duration, ctx context.Context, err error) {
 	name := ""
 	if g != nil {
 		name = g.wl.name
 	}
 	if o.o != nil {
-		o.o.Observe(Event{Kind: EventStatement, Workload: name, Duration: time.Since(start), Err: err})
+		o.o.Observe(Event{Kind: EventStatement, Workload: name, Duration: monoNow() - start, Err: err})
 	}
 	if err == nil || g == nil {
 		return
@@ -299,13 +306,13 @@ func (o *observer) commitUnknown(g *gate, err error) {
 
 // dialed records an attempt to open a physical connection that began at start (from now) and
 // returned err under ctx. The pool counts it in its Stats itself (countDialFailureLocked).
-func (o *observer) dialed(start time.Time, ctx context.Context, err error) {
+func (o *observer) dialed(start time.Duration, ctx context.Context, err error) {
 	if o.o == nil && (err == nil || o.log == nil) {
 		return
 	}
 	switch {
 	case err == nil:
-		o.o.Observe(Event{Kind: EventConnOpened, Duration: time.Since(start)})
+		o.o.Observe(Event{Kind: EventConnOpened, Duration: monoNow() - start})
 	case ctx.Err() != nil:
 		if o.o != nil {
 			o.o.Observe(Event{Kind: EventConnectCanceled, Err: err})

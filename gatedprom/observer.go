@@ -63,6 +63,7 @@ func Buckets() []float64 { return append([]float64(nil), bucketBounds[:]...) }
 // use, allocates nothing per event (only the first time a workload is seen) and takes no lock on
 // the path of an operation: every bucket is an atomic counter.
 type Observer struct {
+	last      atomic.Pointer[workloadHists]             // the workload seen last: most events are for one
 	workloads atomic.Pointer[map[string]*workloadHists] // copied on write
 
 	mu sync.Mutex // serializes writers of workloads
@@ -70,6 +71,7 @@ type Observer struct {
 
 // workloadHists are one workload's histograms.
 type workloadHists struct {
+	name                           string
 	wait, connect, hold, statement histogram
 }
 
@@ -129,7 +131,11 @@ func (o *Observer) Observe(e gated.Event) {
 
 // workload returns the histograms of name, making them the first time.
 func (o *Observer) workload(name string) *workloadHists {
+	if w := o.last.Load(); w != nil && w.name == name {
+		return w
+	}
 	if w := (*o.workloads.Load())[name]; w != nil {
+		o.last.Store(w)
 		return w
 	}
 	o.mu.Lock()
@@ -142,7 +148,7 @@ func (o *Observer) workload(name string) *workloadHists {
 	for k, v := range old {
 		m[k] = v
 	}
-	w := &workloadHists{}
+	w := &workloadHists{name: name}
 	m[name] = w
 	o.workloads.Store(&m)
 	return w
