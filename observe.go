@@ -47,8 +47,9 @@ type EventKind uint8
 
 // The kinds of [Event]. Each attempt to pass a gate yields exactly one of EventAdmitted,
 // EventRejectedFull, EventRejectedTimeout and EventCanceled, matching the Stats counters of the
-// same names. An admitted operation yields one EventConnect, and when that succeeded one
-// EventHold when its binding ends.
+// same names. An admitted operation yields one EventConnect (unless its context had already
+// ended when the permit came, and it gave the permit straight back), and when that succeeded
+// one EventHold when its binding ends.
 const (
 	// EventAdmitted: the operation got its execution permit. Duration is the time it waited
 	// for it, from arriving at the gate (0 when a permit was free at once, up to
