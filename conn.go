@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -25,6 +26,8 @@ type conn struct {
 	fresh  bool // nothing that created session state ran on pc in this binding: a broken pc may be swapped
 	txOpen bool // a transaction began on pc and has not ended
 	closed bool
+
+	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
 }
 
 var (
@@ -51,11 +54,15 @@ func (cn *conn) bind(ctx context.Context) error {
 		return driver.ErrBadConn // database/sql never uses a closed conn; be safe if it did
 	}
 	g := cn.c.gate
+	start := cn.c.obs.now()
 	pc, err := g.acquire(ctx)
+	cn.since = cn.c.obs.acquired(g, start, err)
 	if err != nil {
 		return err
 	}
-	if pc, err = cn.c.pool.ready(ctx, pc, g); err != nil {
+	pc, err = cn.c.pool.ready(ctx, pc, g)
+	cn.c.obs.connected(g, cn.since, err)
+	if err != nil {
 		return err // ready has released the permit, or handed it to a cleanup that will
 	}
 	cn.g, cn.pc, cn.fresh = g, pc, true
@@ -74,6 +81,7 @@ func (cn *conn) unbind() {
 		return
 	}
 	cn.g, cn.pc = nil, nil
+	cn.c.obs.held(g, cn.since)
 	if pc == nil {
 		g.release(nil)
 		return
@@ -126,7 +134,9 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 		pc.inner.watch(ctx)
 		pc.sweep(&cn.c.stmts)
 		before := pc.inner.sent()
+		start := cn.c.obs.now()
 		err := op(pc)
+		cn.c.obs.statement(cn.g, start, ctx, err)
 		if err == nil {
 			if !keepsFresh {
 				cn.fresh = false
@@ -185,6 +195,7 @@ func (cn *conn) abandon(made bool) {
 func (cn *conn) replace(ctx context.Context) error {
 	old := cn.pc
 	cn.pc = nil
+	old.closedFor = CloseDeadIdle
 	pc, err := cn.c.pool.retire(ctx, old, cn.g)
 	if err != nil {
 		cn.g = nil // retire released the permit, or handed it to the cleanup

@@ -19,6 +19,7 @@ type Connector struct {
 	pool   *pool
 	gate   *gate
 	stmts  stmtRegistry
+	obs    observer // the Config's Observer and Logger (observe.go)
 	closed atomic.Bool
 }
 
@@ -44,6 +45,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	c.drv.c = c
 	c.pool = newPool(inner, wrap, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
 	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.cfg.QueueOrder == QueueAdaptive, c.pool)
+	c.initObserve()
 	return c, nil
 }
 
@@ -69,6 +71,7 @@ func (c *Connector) Close() error {
 	}
 	c.gate.close()
 	c.pool.close()
+	c.closeObserve()
 	return nil
 }
 
@@ -81,6 +84,7 @@ func (c *Connector) Config() *Config { return c.cfg.Clone() }
 func (c *Connector) Stats() Stats {
 	var s Stats
 	c.gate.stats(&s)
+	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
 	return s
 }

@@ -64,6 +64,12 @@
 // [Connector.Stats] reports running and waiting operations, refusals, wait time and the physical
 // pool; [FromDB] finds the Connector behind a *sql.DB.
 //
+// For distributions and events, set [Config.Observer]: an [Observer] receives every wait,
+// connect, hold and statement duration and every refusal, timeout and connection event, with no
+// cost when none is attached and no allocation per operation when one is. The modules gatedprom
+// (Prometheus) and gatedotel (OpenTelemetry) provide one. [Config.Logger] logs connection
+// failures, unknown commits and refusals summarized at most once per second per workload.
+//
 // # Caveats
 //
 // PingContext binds like any other operation: under overload a readiness probe is refused, which

@@ -21,6 +21,7 @@ type gate struct {
 	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
 	adaptive   bool          // gate_queue_order=adaptive
 	pool       *pool         // where a released connection goes when no waiter takes it
+	wl         workloadObs   // name and observability counters (observe.go)
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.

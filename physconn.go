@@ -17,10 +17,11 @@ import (
 type physConn struct {
 	conn      driver.Conn
 	inner     innerConn
-	createdAt int64 // pool clock (Unix ns) when opened
-	idleSince int64 // pool clock when last made idle
-	used      bool  // served an operation: reset before the next one
-	broken    bool  // must be destroyed rather than reused
+	createdAt int64       // pool clock (Unix ns) when opened
+	idleSince int64       // pool clock when last made idle
+	used      bool        // served an operation: reset before the next one
+	broken    bool        // must be destroyed rather than reused
+	closedFor CloseReason // why it is destroyed; CloseBroken unless set (observe.go)
 
 	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept

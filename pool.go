@@ -25,6 +25,7 @@ type pool struct {
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
+	obs       *observer     // the Connector's, set once before use (observe.go)
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -36,8 +37,10 @@ type pool struct {
 	reaping bool // the reaper goroutine runs
 	opened  int64
 	closedN int64
-	failed  int64 // connection attempts that failed: the server's or the network's failures
-	gaveUp  int64 // connection attempts cut short by the caller's own context
+	failed  int64 // connection attempts that failed while the caller's context was alive
+
+	dialCanceled int64                  // connection attempts cut short by the caller's context
+	closedBy     [numCloseReasons]int64 // closedN by reason
 
 	// clock is a coarse time (Unix ns) for lifetimes, advanced by the reaper at least every
 	// maxReapInterval: reading the real clock twice per operation costs more than the rest of the
@@ -53,7 +56,7 @@ type pool struct {
 const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
-	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, stop: make(chan struct{})}
+	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, stop: make(chan struct{})}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
@@ -72,6 +75,7 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 			p.inUse++
 			p.mu.Unlock()
 			if pc.expired(p.clock.Load(), p.lifetime, p.idleTime) {
+				pc.closedFor = pc.expiryReason(p.clock.Load(), p.lifetime)
 				p.destroy(pc)
 				continue
 			}
@@ -98,20 +102,18 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	var sock *sockConn
+	start := p.obs.now()
 	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &sock))
 	if sock != nil && !sock.unwatch() && err == nil {
 		// The context ended as the connection was made: its socket's deadline may have passed.
 		dc.Close()
 		err = ctx.Err()
 	}
+	p.obs.dialed(start, ctx, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		if ctx.Err() != nil {
-			p.gaveUp++
-		} else {
-			p.failed++
-		}
+		p.countDialFailureLocked(ctx)
 		p.releaseSlotLocked()
 		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
 	}
@@ -128,6 +130,7 @@ func (p *pool) put(pc *physConn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		pc.closedFor = CloseConnector
 		return false
 	}
 	pc.idleSince = p.clock.Load()
@@ -143,8 +146,10 @@ func (p *pool) destroy(pc *physConn) {
 	p.mu.Lock()
 	p.inUse--
 	p.closedN++
+	p.closedBy[pc.closedFor]++
 	p.releaseSlotLocked()
 	p.mu.Unlock()
+	p.obs.connClosed(pc.closedFor)
 }
 
 // destroyAsync destroys pc in the background and then calls done (when not nil): the permit an
@@ -197,6 +202,9 @@ func (p *pool) close() {
 	close(p.stop)
 	p.bg.Add(len(idle))
 	p.mu.Unlock()
+	for _, pc := range idle {
+		pc.closedFor = CloseConnector
+	}
 	p.destroyAll(idle)
 	p.bg.Wait()
 }
@@ -252,6 +260,7 @@ func (p *pool) takeExpired(now int64) []*physConn {
 	kept := p.idle[:0]
 	for _, pc := range p.idle {
 		if pc.expired(now, p.lifetime, p.idleTime) {
+			pc.closedFor = pc.expiryReason(now, p.lifetime)
 			expired = append(expired, pc)
 		} else {
 			kept = append(kept, pc)
@@ -275,7 +284,7 @@ func (p *pool) stats(s *PoolStats) {
 	s.Opened = p.opened
 	s.Closed = p.closedN
 	s.ConnectErrors = p.failed
-	s.ConnectCanceled = p.gaveUp
+	p.obsStatsLocked(s)
 }
 
 // ready returns a physical connection for a binding that holds gate g's execution permit: pc
@@ -306,6 +315,7 @@ func (p *pool) ready(ctx context.Context, pc *physConn, g *gate) (*physConn, err
 		if err == nil {
 			return pc, nil
 		}
+		pc.closedFor = CloseDeadIdle
 		if !p.destroyWithin(ctx, pc, g) {
 			return nil, fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
 		}

@@ -25,18 +25,25 @@ func (t *tx) Commit() error {
 	}
 	pc.inner.checkBeforeWrite()
 	before := pc.inner.sent()
+	start := t.cn.c.obs.now()
 	err := t.inner.Commit()
+	t.cn.c.obs.statement(t.cn.g, start, nil, err)
 	unknown := err != nil && pc.inner.commitUnknown(err, before)
 	err = t.end(err)
 	if unknown {
-		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		t.cn.c.obs.commitUnknown(t.cn.g, err)
+		return err
 	}
 	return err
 }
 
 // Rollback rolls the physical transaction back.
 func (t *tx) Rollback() error {
-	return t.end(t.inner.Rollback())
+	start := t.cn.c.obs.now()
+	err := t.end(t.inner.Rollback())
+	t.cn.c.obs.statement(t.cn.g, start, nil, err)
+	return err
 }
 
 func (t *tx) end(err error) error {

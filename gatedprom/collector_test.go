@@ -1,0 +1,300 @@
+package gatedprom
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Cleanup()
+	os.Exit(code)
+}
+
+// openFake opens a gated DB on a new fake driver, with obs (which may be nil) attached.
+func openFake(t testing.TB, params string, obs gated.Observer) (*sql.DB, *gated.Connector, *fakedb.Driver) {
+	t.Helper()
+	fd := fakedb.New()
+	db, c := openWith(t, "gate_driver="+fd.Register()+" "+params, obs)
+	return db, c, fd
+}
+
+// openWith opens a gated DB for dsn with obs (which may be nil) attached.
+func openWith(t testing.TB, dsn string, obs gated.Observer) (*sql.DB, *gated.Connector) {
+	t.Helper()
+	cfg, err := gated.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs != nil {
+		cfg.Observer = obs
+	}
+	c, err := gated.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := gated.OpenDB(c)
+	t.Cleanup(func() { db.Close() })
+	return db, c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gather returns the registry's metrics by name.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// metric returns the metric of family name whose labels include want.
+func metric(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ...string) *dto.Metric {
+	t.Helper()
+	mf := fams[name]
+	if mf == nil {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		for i := 0; i < len(want); i += 2 {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == want[i] && lp.GetValue() == want[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m
+	}
+	t.Fatalf("no %s with labels %v", name, want)
+	return nil
+}
+
+func TestCollectorExportsStatsAndHistograms(t *testing.T) {
+	obs := NewObserver()
+	db, c, fd := openFake(t, "gate_max_conns=1 gate_concurrent=1 gate_queue=0", obs)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(c, WithDatabase("shop")))
+	for range 4 {
+		if _, err := db.Exec("SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := make(chan error, 1)
+	go func() { _, err := db.Exec("BLOCK h"); held <- err }()
+	if err := fd.WaitBlocked(context.Background(), "h", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("SELECT 1"); !errors.Is(err, gated.ErrAdmissionFull) {
+		t.Fatalf("got %v, want ErrAdmissionFull", err)
+	}
+	fams := gather(t, reg)
+	if v := metric(t, fams, "gated_running", "workload", "default", "database", "shop").GetGauge().GetValue(); v != 1 {
+		t.Errorf("gated_running = %v during BLOCK", v)
+	}
+	fd.Release("h")
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "quiet", func() bool { s := c.Stats(); return s.Running == 0 && s.Pool.InUse == 0 })
+
+	s := c.Stats()
+	fams = gather(t, reg)
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   int64
+	}{
+		{"gated_admitted_total", nil, s.Admitted},
+		{"gated_rejected_total", []string{"reason", "full"}, s.RejectedFull},
+		{"gated_rejected_total", []string{"reason", "timeout"}, s.RejectedTimeout},
+		{"gated_connections_opened_total", nil, s.Pool.Opened},
+	} {
+		if got := metric(t, fams, tc.name, tc.labels...).GetCounter().GetValue(); got != float64(tc.want) {
+			t.Errorf("%s%v = %v, Stats says %d", tc.name, tc.labels, got, tc.want)
+		}
+	}
+	for _, name := range []string{"gated_wait_seconds", "gated_connect_seconds", "gated_hold_seconds"} {
+		h := metric(t, fams, name, "workload", "default").GetHistogram()
+		if int64(h.GetSampleCount()) != s.Admitted {
+			t.Errorf("%s count = %d, admitted %d", name, h.GetSampleCount(), s.Admitted)
+		}
+		if b := h.GetBucket(); len(b) != numBuckets || b[0].GetUpperBound() != 0.0001 || b[numBuckets-1].GetUpperBound() != 10 {
+			t.Errorf("%s buckets = %v", name, b)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+func TestCollectorWithoutObserverLeavesOutHistograms(t *testing.T) {
+	db, c, _ := openFake(t, "gate_max_conns=1", nil)
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(c))
+	fams := gather(t, reg)
+	if fams["gated_wait_seconds"] != nil {
+		t.Error("histogram exported without an Observer")
+	}
+	if v := metric(t, fams, "gated_admitted_total").GetCounter().GetValue(); v != 1 {
+		t.Errorf("gated_admitted_total = %v", v)
+	}
+}
+
+func TestHistogramBucketsAreUpperBoundsInclusive(t *testing.T) {
+	var h histogram
+	for _, d := range []time.Duration{0, 100 * time.Microsecond, 101 * time.Microsecond, 10 * time.Second, time.Minute} {
+		h.observe(d)
+	}
+	buckets, count, sum := h.snapshot()
+	if count != 5 || buckets[0.0001] != 2 || buckets[0.00025] != 3 || buckets[10] != 4 {
+		t.Errorf("count %d, buckets %v", count, buckets)
+	}
+	if want := (70*time.Second + 201*time.Microsecond).Seconds(); sum != want {
+		t.Errorf("sum = %v, want %v", sum, want)
+	}
+}
+
+func TestObserverAllocatesNothingPerOperation(t *testing.T) {
+	allocs := func(obs gated.Observer) float64 {
+		db, _, _ := openFake(t, "gate_max_conns=2", obs)
+		ctx := context.Background()
+		var v int
+		db.QueryRowContext(ctx, "SELECT 1").Scan(&v) // the workload's histograms are made once
+		return testing.AllocsPerRun(500, func() {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	without, with := allocs(nil), allocs(NewObserver())
+	if with != without {
+		t.Errorf("QueryRowContext allocates %v times with the Prometheus observer, %v without", with, without)
+	}
+	obs := NewObserver()
+	obs.Observe(gated.Event{Kind: gated.EventAdmitted, Workload: "w"})
+	if a := testing.AllocsPerRun(1000, func() {
+		obs.Observe(gated.Event{Kind: gated.EventStatement, Workload: "w", Duration: time.Millisecond})
+	}); a != 0 {
+		t.Errorf("Observe allocates %v times", a)
+	}
+}
+
+// BenchmarkQueryRowFake measures QueryRowContext("SELECT 1") through gated on the fake driver
+// without an observer and with the Prometheus one: the difference is the observer's cost.
+func BenchmarkQueryRowFake(b *testing.B) {
+	for _, par := range []int{1, 8} {
+		for _, kind := range []string{"none", "prom"} {
+			b.Run(fmt.Sprintf("observer=%s/par=%d", kind, par), func(b *testing.B) {
+				var obs gated.Observer
+				if kind == "prom" {
+					obs = NewObserver()
+				}
+				fd := fakedb.New()
+				db, _ := openWith(b, "gate_driver="+fd.Register()+" gate_max_conns=4 gate_concurrent=4 gate_queue=1024 gate_queue_wait=1m", obs)
+				benchQueryRow(b, db, par)
+			})
+		}
+	}
+}
+
+// BenchmarkQueryRowPG is the same against PostgreSQL through pgx, B = P = 10, at 32 goroutines.
+func BenchmarkQueryRowPG(b *testing.B) {
+	base := pgtest.URL(b)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	for _, kind := range []string{"none", "prom"} {
+		b.Run("observer="+kind+"/goroutines=32", func(b *testing.B) {
+			var obs gated.Observer
+			if kind == "prom" {
+				obs = NewObserver()
+			}
+			db, _ := openWith(b, base+sep+"gate_max_conns=10&gate_queue=64&gate_queue_wait=1m", obs)
+			benchQueryRow(b, db, 32)
+		})
+	}
+}
+
+// benchQueryRow runs QueryRowContext("SELECT 1") on db from goroutines goroutines. Besides time
+// per operation it reports the process's CPU time per operation (cpu-ns/op), which other work
+// on a shared machine disturbs far less than elapsed time.
+func benchQueryRow(b *testing.B, db *sql.DB, goroutines int) {
+	ctx := context.Background()
+	var v int
+	for range 2 * goroutines {
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
+	if goroutines == 1 {
+		for b.Loop() {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((goroutines + procs - 1) / procs)
+	b.RunParallel(func(pb *testing.PB) {
+		var v int
+		for pb.Next() {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// processCPU returns the user and system CPU time the process has used, in nanoseconds.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
