@@ -54,7 +54,13 @@
 // # Errors
 //
 // [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells); a context that
-// ends while the operation waits yields an error wrapping the context's error. Errors of the
+// ends before the operation got its permit yields an error wrapping [ErrWaitCanceled] and the
+// context's error. [ErrCommitUnknown] means a COMMIT left the process and no answer came back.
+//
+// gated never runs again anything that may have reached the server: with pgx and lib/pq it
+// counts the bytes written to each connection's socket and replays an operation on another
+// connection only when none of it was written (a connection the server closed while it was idle
+// is found by a peek at the socket before the first write). Errors of the
 // inner driver pass through unchanged, so errors.As(err, &pgErr) keeps working. gated never
 // returns an error wrapping driver.ErrBadConn for its own reasons, so database/sql does not retry
 // a refusal.
