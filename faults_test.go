@@ -71,37 +71,43 @@ const oneAtATime = "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_w
 // as "conn closed" with SafeToRetry true, lib/pq a clean close as driver.ErrBadConn: neither can
 // be trusted once COMMIT was written.
 func TestCommitWhoseAnswerIsLostIsReportedUnknown(t *testing.T) {
-	for _, how := range []faultproxy.How{faultproxy.RST, faultproxy.FIN} {
-		t.Run(how.String(), func(t *testing.T) {
-			forEachDriver(t, func(t *testing.T, drv string) {
-				p, base := proxied(t)
-				withPG(t, base, drv, oneAtATime, func(t *testing.T, e *pgEnv) {
-					table := pgTable(t, e.adm, "id int")
-					tx := mustBegin(t, e.db)
-					if _, err := tx.Exec("INSERT INTO " + table + " VALUES (1)"); err != nil {
-						t.Fatal(err)
-					}
-					fired := p.Arm(faultproxy.Rule{Match: []byte("commit"), Fold: true, When: faultproxy.AfterResponse, How: how})
-					err := tx.Commit()
-					awaitFired(t, fired)
-					if !errors.Is(err, ErrCommitUnknown) {
-						t.Errorf("Commit whose answer was lost: %v, want ErrCommitUnknown", err)
-					}
-					if errors.Is(err, driver.ErrBadConn) {
-						t.Errorf("Commit's error wraps driver.ErrBadConn: %v", err)
-					}
-					if n := countRows(t, e.adm, table); n != 1 {
-						t.Errorf("the server has %d rows; it answered the COMMIT, so 1", n)
-					}
-				})
-			})
-		})
-	}
+	commitThroughProxy(t, func(p *faultproxy.Proxy, how faultproxy.How) func(*testing.T) {
+		fired := p.Arm(faultproxy.Rule{Match: []byte("commit"), Fold: true, When: faultproxy.AfterResponse, How: how})
+		return func(t *testing.T) { awaitFired(t, fired) }
+	}, func(t *testing.T, err error, rows int) {
+		if !errors.Is(err, ErrCommitUnknown) {
+			t.Errorf("Commit whose answer was lost: %v, want ErrCommitUnknown", err)
+		}
+		if errors.Is(err, driver.ErrBadConn) {
+			t.Errorf("Commit's error wraps driver.ErrBadConn: %v", err)
+		}
+		if rows != 1 {
+			t.Errorf("the server has %d rows; it answered the COMMIT, so 1", rows)
+		}
+	})
 }
 
 // A COMMIT that never left the process did not commit: no ErrCommitUnknown. The proxy cuts the
 // connection (FIN or RST) before Commit is called; the check before COMMIT is written finds it.
 func TestCommitOnAConnectionCutBeforeCOMMITIsNotUnknown(t *testing.T) {
+	commitThroughProxy(t, func(p *faultproxy.Proxy, how faultproxy.How) func(*testing.T) {
+		p.CutAll(how)
+		return func(*testing.T) {}
+	}, func(t *testing.T, err error, rows int) {
+		if err == nil || errors.Is(err, ErrCommitUnknown) {
+			t.Errorf("Commit on a connection cut before COMMIT was sent: %v, want an error that is not ErrCommitUnknown", err)
+		}
+		if rows != 0 {
+			t.Errorf("the server has %d rows, want 0", rows)
+		}
+	})
+}
+
+// commitThroughProxy runs, for each way of cutting a connection and each inner driver, a
+// transaction that inserts a row and commits through a proxy: cut acts on the proxy before the
+// Commit and returns what to wait for after it; check judges Commit's error and the rows the
+// server then has.
+func commitThroughProxy(t *testing.T, cut func(*faultproxy.Proxy, faultproxy.How) func(*testing.T), check func(t *testing.T, err error, rows int)) {
 	for _, how := range []faultproxy.How{faultproxy.RST, faultproxy.FIN} {
 		t.Run(how.String(), func(t *testing.T) {
 			forEachDriver(t, func(t *testing.T, drv string) {
@@ -112,14 +118,10 @@ func TestCommitOnAConnectionCutBeforeCOMMITIsNotUnknown(t *testing.T) {
 					if _, err := tx.Exec("INSERT INTO " + table + " VALUES (1)"); err != nil {
 						t.Fatal(err)
 					}
-					p.CutAll(how)
+					after := cut(p, how)
 					err := tx.Commit()
-					if err == nil || errors.Is(err, ErrCommitUnknown) {
-						t.Errorf("Commit on a connection cut before COMMIT was sent: %v, want an error that is not ErrCommitUnknown", err)
-					}
-					if n := countRows(t, e.adm, table); n != 0 {
-						t.Errorf("the server has %d rows, want 0", n)
-					}
+					after(t)
+					check(t, err, countRows(t, e.adm, table))
 				})
 			})
 		})

@@ -12,20 +12,9 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/pgtest"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestRunWritesParsableOutputs runs both sections for a few seconds against the test server and
 // checks that the four outputs exist and parse, and that every contender did work.

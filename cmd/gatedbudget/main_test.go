@@ -13,20 +13,9 @@ import (
 
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // runCmd runs the command in-process with DATABASE_URL unset.
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -9,29 +9,17 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 )
 
 // Main is the examples' TestMain: it runs the tests, stops a private cluster that pgtest may have
 // started, and then fails the run when a goroutine outlived the tests.
-func Main(m *testing.M) {
-	code := m.Run()
-	pgtest.Cleanup()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { pgtest.Main(m) }
 
 // Drivers are the inner drivers every example runs with: pgx v5 and lib/pq.
 var Drivers = []string{"pgx", "postgres"}
