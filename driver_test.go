@@ -244,3 +244,10 @@ func TestRedactRemovesEveryFormOfThePassword(t *testing.T) {
 		}
 	}
 }
+
+func TestNewConnectorRejectsANilConfig(t *testing.T) {
+	c, err := NewConnector(nil)
+	if err == nil || c != nil || !strings.HasPrefix(err.Error(), "gated: ") {
+		t.Errorf("NewConnector(nil) = %v, %v; want a gated error", c, err)
+	}
+}

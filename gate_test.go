@@ -352,3 +352,26 @@ func TestGateAdaptiveStaysFIFOWhileTheQueueEmpties(t *testing.T) {
 	}
 	g.release(nil)
 }
+
+// A caller whose context has already ended is counted as Canceled and gets ErrWaitCanceled
+// whether or not a permit is free: on a free gate it must not be counted as Admitted.
+func TestGateCountsAnEndedContextAsCanceledOnFreeAndBusyGates(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, busy := range []bool{false, true} {
+		g := newTestGate(1, 1, time.Second)
+		if busy {
+			mustAcquire(t, g)
+		}
+		before := gateStats(g)
+		_, err := g.acquire(ctx)
+		if !errors.Is(err, ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
+			t.Errorf("busy=%v: acquire with an ended context: %v, want ErrWaitCanceled wrapping context.Canceled", busy, err)
+		}
+		s := gateStats(g)
+		if s.Canceled-before.Canceled != 1 || s.Admitted != before.Admitted || s.Running != before.Running {
+			t.Errorf("busy=%v: Canceled +%d, Admitted +%d, Running %d→%d; want +1, +0, unchanged",
+				busy, s.Canceled-before.Canceled, s.Admitted-before.Admitted, before.Running, s.Running)
+		}
+	}
+}
