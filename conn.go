@@ -195,6 +195,7 @@ func (cn *conn) abandon(made bool) {
 func (cn *conn) replace(ctx context.Context) error {
 	old := cn.pc
 	cn.pc = nil
+	old.inner.unwatch()
 	old.closedFor = CloseDeadIdle
 	pc, err := cn.c.pool.retire(ctx, old, cn.g)
 	if err != nil {
