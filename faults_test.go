@@ -387,7 +387,9 @@ func TestPermitFollowsTheCleanupOfAConnectionThatFailsItsReuseCheck(t *testing.T
 		if s := e.c.Stats(); s.Running != 1 {
 			t.Errorf("Running = %d while the failed connection is being closed, want 1 (the permit follows the cleanup)", s.Running)
 		}
-		_, err = e.db.ExecContext(context.Background(), "SELECT 1")
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = e.db.ExecContext(ctx, "SELECT 1")
+		cancel()
 		if !errors.Is(err, ErrAdmissionTimeout) {
 			t.Errorf("next operation: %v, want ErrAdmissionTimeout after waiting in the gate", err)
 		}
