@@ -120,8 +120,8 @@ func ceilMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// roundUpMs rounds ms up to the next of 1, 2, ... 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100,
-// 120, ... so that deadlines a little apart map to one session value, never more than 25% above.
+// roundUpMs rounds ms up to the next of 1, 2, ... 10 and then of the E12 series (12, 15, 18, 22,
+// 27, 33, 39, 47, 56, 68, 82, 100, 120, ...), so that deadlines a little apart map to one session value, never more than 25% above.
 func roundUpMs(ms int64) int64 {
 	if ms <= 10 {
 		return ms
@@ -130,7 +130,7 @@ func roundUpMs(ms int64) int64 {
 	for ms > 100*scale {
 		scale *= 10
 	}
-	for _, m := range [...]int64{12, 15, 20, 25, 30, 40, 50, 60, 80} {
+	for _, m := range [...]int64{12, 15, 18, 22, 27, 33, 39, 47, 56, 68, 82} {
 		if ms <= m*scale {
 			return m * scale
 		}
