@@ -164,3 +164,62 @@ func mustDeadline(t *testing.T, ctx context.Context) time.Time {
 	}
 	return d
 }
+
+// sentBytes returns what the pool's one idle physical connection has written to its socket.
+func sentBytes(t *testing.T, c *Connector) int64 {
+	t.Helper()
+	waitIdle(t, c)
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if len(c.pool.idle) != 1 {
+		t.Fatalf("%d idle physical connections, want 1", len(c.pool.idle))
+	}
+	return c.pool.idle[0].inner.sent()
+}
+
+// The common path of gate_statement_timeout=deadline costs no round trip: statements outside a
+// transaction under the same per-call deadline write exactly the bytes they write with the
+// setting off (the session value is already in force), and a transaction's SET LOCAL travels in
+// BEGIN's own message with pgx.
+func TestDeadlineSettingSendsNothingMoreOnTheCommonPath(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		perCall := func(params string, op func(ctx context.Context, db *sql.DB) error) int64 {
+			db, c, _ := openPG(t, drv, "gate_max_conns=1&"+params)
+			run := func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := op(ctx, db); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run() // the first call opens the connection and may set the session value
+			before := sentBytes(t, c)
+			for range 10 {
+				run()
+			}
+			return (sentBytes(t, c) - before) / 10
+		}
+		selectOne := func(ctx context.Context, db *sql.DB) error {
+			var n int
+			return db.QueryRowContext(ctx, "SELECT 1").Scan(&n)
+		}
+		off, dl := perCall("gate_statement_timeout=off", selectOne), perCall("gate_statement_timeout=deadline", selectOne)
+		if dl != off {
+			t.Errorf("SELECT 1 under a 1 s deadline writes %d bytes with gate_statement_timeout=deadline, %d with off: want no extra statement", dl, off)
+		}
+		if drv == "pgx" {
+			tx := func(ctx context.Context, db *sql.DB) error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				return tx.Commit()
+			}
+			off, dl := perCall("gate_statement_timeout=off", tx), perCall("gate_statement_timeout=deadline", tx)
+			// "; set local statement_timeout = 999" and its digits: one message, no more.
+			if extra := dl - off; extra <= 0 || extra > int64(len("; set local statement_timeout = 1000")) {
+				t.Errorf("BEGIN; COMMIT writes %d bytes with deadline, %d with off: want SET LOCAL inside BEGIN's message", dl, off)
+			}
+		}
+	})
+}
