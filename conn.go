@@ -53,7 +53,10 @@ func (cn *conn) bind(ctx context.Context) error {
 	if cn.closed {
 		return driver.ErrBadConn // database/sql never uses a closed conn; be safe if it did
 	}
-	g := cn.c.gate
+	g, err := cn.c.gateFor(ctx)
+	if err != nil {
+		return err
+	}
 	start := cn.c.obs.now()
 	pc, err := g.acquire(ctx)
 	cn.since = cn.c.obs.acquired(g, start, err)
@@ -132,7 +135,7 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 	for newTries := 0; ; {
 		pc := cn.pc
 		pc.inner.watch(ctx)
-		pc.sweep(&cn.c.stmts)
+		pc.sweep(cn.c.stmts)
 		before := pc.inner.sent()
 		start := cn.c.obs.now()
 		err := op(pc)
@@ -235,7 +238,11 @@ func (cn *conn) Prepare(query string) (driver.Stmt, error) {
 func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	var inner driver.Tx
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
-		inner, err = pc.begin(ctx, opts)
+		var set string
+		if cn.c.lim.deadline {
+			set = cn.c.lim.txSet(ctx, pc)
+		}
+		inner, err = pc.begin(ctx, opts, set)
 		return err
 	})
 	if err != nil {
@@ -254,6 +261,9 @@ func (cn *conn) Begin() (driver.Tx, error) {
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
+		if err := cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
 		for retried := false; ; retried = true {
 			res, err = pc.exec(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -270,6 +280,9 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
+		if err := cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
 		for retried := false; ; retried = true {
 			rows, err = pc.query(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -347,4 +360,13 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 	}
 	cn.fresh = false // the caller may create session state behind the wrapper's back
 	return cn.pc.conn, nil
+}
+
+// limitSession gives a statement outside a transaction its server-side limit (timeout.go).
+// Inside a transaction the limit was set with SET LOCAL when it began.
+func (cn *conn) limitSession(ctx context.Context, pc *physConn) error {
+	if !cn.c.lim.deadline || cn.txOpen {
+		return nil
+	}
+	return cn.c.lim.applySession(ctx, pc)
 }

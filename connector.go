@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -16,10 +19,13 @@ import (
 type Connector struct {
 	cfg    Config
 	drv    Driver
-	pool   *pool
-	gate   *gate
-	stmts  stmtRegistry
-	obs    observer // the Config's Observer and Logger (observe.go)
+	set    *gateSet         // the gates and the pool, shared with other Connectors of the same gate_name
+	pool   *pool            // set.pool
+	gate   *gate            // set's default gate
+	gates  map[string]*gate // set's named workloads; read-only
+	stmts  *stmtRegistry    // set.stmts
+	obs    *observer        // set.obs: the Observer and Logger of the set's first Config (observe.go)
+	lim    limits
 	closed atomic.Bool
 }
 
@@ -27,6 +33,10 @@ var _ driver.Connector = (*Connector)(nil)
 
 // NewConnector validates cfg (see [Config] for the defaults of zero fields) and returns a
 // Connector for it. It does no I/O: the first physical connection opens with the first operation.
+// With a Name (gate_name) already used by an open Connector of this process, the new one shares
+// that Connector's gates and pool; its configuration must then be equal, or the error is a
+// *[DSNError] naming the first key that differs. Such shared gates close with the last of their
+// Connectors, so close every Connector made (closing its *sql.DB does).
 // The inner driver must be registered with database/sql (import it), except "pgx" (pgx v5) and
 // "postgres" (lib/pq), which gated imports and uses directly. Errors are *[DSNError] naming the
 // key at fault, or the inner driver's DSN error with any password removed from its message.
@@ -38,15 +48,134 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := c.cfg.normalize(); err != nil {
 		return nil, err
 	}
-	inner, wrap, err := newInner(c.cfg.Driver, c.cfg.DSN)
+	set, err := openGateSet(&c.cfg)
 	if err != nil {
 		return nil, err
 	}
 	c.drv.c = c
-	c.pool = newPool(inner, wrap, c.cfg.MaxConns, c.cfg.MaxConnLifetime, c.cfg.MaxConnIdleTime)
-	c.gate = newGate(c.cfg.Concurrent, c.cfg.Queue, c.cfg.QueueWait, c.cfg.QueueOrder == QueueAdaptive, c.pool)
-	c.initObserve()
+	c.set, c.pool, c.gate, c.gates, c.stmts, c.obs = set, set.pool, set.def, set.named, &set.stmts, &set.obs
+	c.lim = newLimits(&c.cfg)
 	return c, nil
+}
+
+// A gateSet is the gates of one configuration, the default one and one per workload, and the
+// physical pool they share. Connectors of the same gate_name share one.
+type gateSet struct {
+	cfg   Config
+	pool  *pool
+	def   *gate
+	named map[string]*gate
+	stmts stmtRegistry
+	obs   observer
+	refs  int // Connectors using the set; guarded by namedSetsMu
+}
+
+var (
+	namedSetsMu sync.Mutex
+	namedSets   = map[string]*gateSet{} // by gate_name; guarded by namedSetsMu
+)
+
+// openGateSet returns the gate set for cfg: a new one, or the open one of cfg.Name.
+func openGateSet(cfg *Config) (*gateSet, error) {
+	if cfg.Name == "" {
+		return newGateSet(cfg)
+	}
+	namedSetsMu.Lock()
+	defer namedSetsMu.Unlock()
+	if set := namedSets[cfg.Name]; set != nil {
+		if err := sameGate(&set.cfg, cfg); err != nil {
+			return nil, err
+		}
+		set.refs++
+		return set, nil
+	}
+	set, err := newGateSet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set.refs = 1
+	namedSets[cfg.Name] = set
+	return set, nil
+}
+
+func newGateSet(cfg *Config) (*gateSet, error) {
+	var app string
+	if cfg.Name != "" {
+		app = cfg.Name
+	}
+	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, app, newLimits(cfg).startupParams())
+	if err != nil {
+		return nil, err
+	}
+	set := &gateSet{cfg: *cfg.Clone()}
+	set.pool = newPool(inner, wrap, cfg.MaxConns, cfg.MaxConnLifetime, cfg.MaxConnIdleTime)
+	adaptive := cfg.QueueOrder == QueueAdaptive
+	set.def = newGate(gateConfig{name: DefaultWorkload, concurrent: cfg.Concurrent, queue: cfg.Queue, queueWait: cfg.QueueWait, adaptive: adaptive}, set.pool)
+	set.named = make(map[string]*gate, len(cfg.Workloads))
+	for _, w := range cfg.Workloads {
+		set.named[w.Name] = newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: w.Queue, queueWait: w.QueueWait, adaptive: adaptive}, set.pool)
+	}
+	set.initObserve(cfg)
+	return set, nil
+}
+
+// gates returns the set's gates, the default one first, then the workloads in Config order.
+func (set *gateSet) gates() []*gate {
+	gs := []*gate{set.def}
+	for _, w := range set.cfg.Workloads {
+		gs = append(gs, set.named[w.Name])
+	}
+	return gs
+}
+
+// release drops one Connector's use of the set and reports whether it was the last, which
+// closes the gates and the pool.
+func (set *gateSet) release() bool {
+	if set.cfg.Name == "" {
+		return true
+	}
+	namedSetsMu.Lock()
+	defer namedSetsMu.Unlock()
+	if set.refs--; set.refs > 0 {
+		return false
+	}
+	delete(namedSets, set.cfg.Name)
+	return true
+}
+
+// sameGate reports the first setting in which b differs from a, the configuration of the gate
+// already open under the same gate_name.
+func sameGate(a, b *Config) error {
+	differ := func(key string, was, is any) error {
+		return &DSNError{Key: key, Err: fmt.Errorf("%v differs from the gate_name %q already open in this process (%v)", is, b.Name, was)}
+	}
+	switch {
+	case a.Driver != b.Driver:
+		return differ(keyDriver, shownValue(a.Driver), shownValue(b.Driver))
+	case a.DSN != b.DSN:
+		return &DSNError{Key: keyName, Err: fmt.Errorf("a gate named %q is already open in this process with another inner DSN", b.Name)}
+	case a.MaxConns != b.MaxConns:
+		return differ(keyMaxConns, a.MaxConns, b.MaxConns)
+	case a.Concurrent != b.Concurrent:
+		return differ(keyConcurrent, a.Concurrent, b.Concurrent)
+	case a.Queue != b.Queue:
+		return differ(keyQueue, a.Queue, b.Queue)
+	case a.QueueWait != b.QueueWait:
+		return differ(keyQueueWait, a.QueueWait, b.QueueWait)
+	case a.MaxConnLifetime != b.MaxConnLifetime:
+		return differ(keyMaxConnLifetime, a.MaxConnLifetime, b.MaxConnLifetime)
+	case a.MaxConnIdleTime != b.MaxConnIdleTime:
+		return differ(keyMaxConnIdleTime, a.MaxConnIdleTime, b.MaxConnIdleTime)
+	case a.QueueOrder != b.QueueOrder:
+		return differ(keyQueueOrder, shownValue(a.QueueOrder), shownValue(b.QueueOrder))
+	case !slices.Equal(a.Workloads, b.Workloads):
+		return differ(keyWorkloads, shownValue(formatWorkloads(a.Workloads)), shownValue(formatWorkloads(b.Workloads)))
+	case a.StatementTimeout != b.StatementTimeout || a.StatementDeadline != b.StatementDeadline:
+		return differ(keyStmtTimeout, formatStatementTimeout(a.StatementTimeout, a.StatementDeadline), formatStatementTimeout(b.StatementTimeout, b.StatementDeadline))
+	case a.LockTimeout != b.LockTimeout:
+		return differ(keyLockTimeout, a.LockTimeout, b.LockTimeout)
+	}
+	return nil
 }
 
 var errNilConfig = errors.New("gated: NewConnector: nil *Config (use gated.NewConfig or gated.ParseDSN)")
@@ -62,16 +191,24 @@ func (c *Connector) Connect(context.Context) (driver.Conn, error) {
 // Driver returns a gated [Driver] bound to this Connector, which [FromDB] recognizes.
 func (c *Connector) Driver() driver.Driver { return &c.drv }
 
-// Close closes the gate and every idle physical connection, and waits for connections being
+// Close closes the gates and every idle physical connection, and waits for connections being
 // destroyed. Waiting operations fail with [ErrClosed]; running ones keep their connection until
-// they end, and it is closed then. database/sql's DB.Close calls it. Close is idempotent.
+// they end, and it is closed then. With a gate_name shared by other open Connectors, only this
+// Connector closes (Connect fails with ErrClosed) and the gates and pool stay open for them.
+// database/sql's DB.Close calls it. Close is idempotent.
 func (c *Connector) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	if !c.set.release() {
+		return nil
+	}
 	c.gate.close()
+	for _, g := range c.gates {
+		g.close()
+	}
 	c.pool.close()
-	c.closeObserve()
+	c.set.closeObserve()
 	return nil
 }
 
@@ -80,11 +217,21 @@ func (c *Connector) isClosed() bool { return c.closed.Load() }
 // Config returns a copy of the Connector's configuration, defaults filled in.
 func (c *Connector) Config() *Config { return c.cfg.Clone() }
 
-// Stats returns a snapshot of the gate and the physical pool. Safe for concurrent use.
+// Stats returns a snapshot of the default gate and the physical pool; see [Connector.WorkloadStats]
+// for the other workloads. Safe for concurrent use.
 func (c *Connector) Stats() Stats {
 	var s Stats
 	c.gate.stats(&s)
 	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
 	return s
+}
+
+// admissionLimit is Σ(B+Q) over all gates: the most operations inside them at once.
+func (c *Connector) admissionLimit() int {
+	n := c.cfg.Concurrent + c.cfg.Queue
+	for _, w := range c.cfg.Workloads {
+		n += w.Concurrent + w.Queue
+	}
+	return n
 }

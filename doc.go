@@ -48,8 +48,28 @@
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
-// gate_max_conn_lifetime, gate_max_conn_idle_time and gate_queue_order ([QueueFIFO] or
-// [QueueAdaptive]). [Config] documents each with its default.
+// gate_max_conn_lifetime, gate_max_conn_idle_time, gate_queue_order ([QueueFIFO] or
+// [QueueAdaptive]), gate_workloads, gate_name, gate_statement_timeout and gate_lock_timeout.
+// [ParseDSN] and [Config] document each with its default.
+//
+// # Workloads
+//
+// gate_workloads=batch:2:2:1s adds a gate named "batch" beside the default one, with budgets of
+// its own, on the same physical pool (the sum of all B is at most P). [WithWorkload] chooses the
+// gate for the operations under a context; the first operation on a connection decides, and a
+// transaction or pinned *sql.Conn keeps it. A batch job then cannot take the permits interactive
+// requests need. An unconfigured name fails with [ErrUnknownWorkload]. [Connector.WorkloadStats]
+// reports each gate. gate_name shares one set of gates and one pool between the *sql.DB handles
+// of a process.
+//
+// # Deadlines and transactions
+//
+// gate_statement_timeout=deadline makes the server stop a statement when the caller's deadline
+// has passed, not only the wait for a permit (SET LOCAL in the same round trip as BEGIN with pgx;
+// outside transactions a session value set only when it changes). [InTx] runs a function in a
+// transaction the way a production helper must: gate before BEGIN, rollback on error or panic
+// with the rollback's error attached, commit failures never retried ([ErrCommitUnknown] when the
+// outcome is unknown), opt-in retries of serialization failures and deadlocks through the gate.
 //
 // # Errors
 //

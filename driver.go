@@ -63,13 +63,13 @@ func Open(dsn string) (*sql.DB, error) {
 }
 
 // OpenDB returns a *sql.DB using c, with settings that keep database/sql's own pool from undoing
-// the gate: no limit on open connections (a limit below B+Q would make callers queue in
-// database/sql, unbounded, before they reach the gate) and at least B+Q idle connections (they
-// are virtual: a small struct each, no server connection). Physical lifetimes are the gate's own
+// the gate: no limit on open connections (a limit below Σ(B+Q) over all workloads would make
+// callers queue in database/sql, unbounded, before they reach the gate) and at least Σ(B+Q) idle
+// connections (they are virtual: a small struct each, no server connection). Physical lifetimes are the gate's own
 // (gate_max_conn_lifetime, gate_max_conn_idle_time), so ConnMaxLifetime stays 0.
 func OpenDB(c *Connector) *sql.DB {
 	db := sql.OpenDB(c)
-	db.SetMaxIdleConns(c.cfg.Concurrent + c.cfg.Queue)
+	db.SetMaxIdleConns(c.admissionLimit())
 	return db
 }
 
@@ -83,7 +83,7 @@ func FromDB(db *sql.DB) (*Connector, bool) {
 }
 
 // CheckDB reports an error when db's own pool settings undo its gate: with SetMaxOpenConns(n),
-// 0 < n < B+Q, callers wait in database/sql, unbounded and before the gate, once n operations
+// 0 < n < B+Q (summed over all workloads), callers wait in database/sql, unbounded and before the gate, once n operations
 // are inside it. It also reports a db that has already made callers wait (DBStats.WaitCount > 0),
 // and a db that was not opened with gated. Call it at startup or in a health check; it does no I/O.
 func CheckDB(db *sql.DB) error {
@@ -92,7 +92,7 @@ func CheckDB(db *sql.DB) error {
 		return errors.New("gated: CheckDB: the *sql.DB was not opened with the gated driver")
 	}
 	s := db.Stats()
-	if limit := c.cfg.Concurrent + c.cfg.Queue; s.MaxOpenConnections > 0 && s.MaxOpenConnections < limit {
+	if limit := c.admissionLimit(); s.MaxOpenConnections > 0 && s.MaxOpenConnections < limit {
 		return fmt.Errorf("gated: SetMaxOpenConns(%d) is below B+Q = %d: callers queue in database/sql before the gate; use 0 or at least %d",
 			s.MaxOpenConnections, limit, limit)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,27 @@ type Config struct {
 	// most once per second per workload, never a line per refused call. Set it in code; nil
 	// (the default) logs nothing.
 	Logger *slog.Logger
+	// Workloads are the named gates beside the default one (gate_workloads, default none),
+	// chosen per operation with [WithWorkload]. Each has budgets of its own; all share the
+	// physical pool, so the B of the default gate and of every workload add up to at most
+	// MaxConns. A zero Concurrent of the default gate becomes MaxConns minus the workloads' B.
+	Workloads []Workload
+	// Name is gate_name (default none): the Connectors of this process made with the same
+	// non-empty Name share one set of gates and one physical pool, and must have equal
+	// configurations. With pgx and lib/pq it is also the application_name of the physical
+	// connections when the DSN sets none.
+	Name string
+	// StatementTimeout is the server-side limit on each statement (gate_statement_timeout): with
+	// StatementDeadline false, a fixed limit (zero: none, "off"); with StatementDeadline true,
+	// the cap on the context's remaining time, or the limit when the context has no deadline
+	// (zero: no cap). See [ParseDSN] for the DSN spelling. PostgreSQL drivers only.
+	StatementTimeout time.Duration
+	// StatementDeadline makes the server-side limit follow the context's deadline
+	// (gate_statement_timeout=deadline or deadline:<dur>).
+	StatementDeadline bool
+	// LockTimeout is the server's lock_timeout for gated's operations (gate_lock_timeout,
+	// default zero: "off", the server's own setting). PostgreSQL drivers only.
+	LockTimeout time.Duration
 }
 
 // The values of gate_queue_order ([Config.QueueOrder]).
@@ -88,12 +110,16 @@ const (
 	keyMaxConnLifetime = "gate_max_conn_lifetime"
 	keyMaxConnIdleTime = "gate_max_conn_idle_time"
 	keyQueueOrder      = "gate_queue_order"
+	keyWorkloads       = "gate_workloads"
+	keyName            = "gate_name"
+	keyStmtTimeout     = "gate_statement_timeout"
+	keyLockTimeout     = "gate_lock_timeout"
 )
 
 // gateKeys lists the keys in the order FormatDSN writes them.
 var gateKeys = [...]string{
 	keyDriver, keyMaxConns, keyConcurrent, keyQueue, keyQueueWait, keyMaxConnLifetime, keyMaxConnIdleTime,
-	keyQueueOrder,
+	keyQueueOrder, keyWorkloads, keyName, keyStmtTimeout, keyLockTimeout,
 }
 
 var (
@@ -130,6 +156,7 @@ func (c *Config) Clone() *Config {
 		return nil
 	}
 	cp := *c
+	cp.Workloads = slices.Clone(c.Workloads)
 	return &cp
 }
 
@@ -147,6 +174,16 @@ func (c *Config) Clone() *Config {
 //   - gate_max_conn_lifetime, gate_max_conn_idle_time: Go durations ≥ 0 (defaults 1h and 30m;
 //     0 means no limit).
 //   - gate_queue_order: "fifo" (default) or "adaptive" ([QueueAdaptive]).
+//   - gate_workloads: named gates beside the default one, "name:B[:Q[:wait]],..." (default
+//     none; Q defaults to B, wait to gate_queue_wait; see [Workload]). With workloads,
+//     gate_concurrent defaults to gate_max_conns minus their B, and gate_max_conns, when not
+//     given, grows to the sum of all B. The sum of all B above gate_max_conns is an error.
+//   - gate_name: share the gates and the pool with every Connector of this process of the same
+//     name (default none); also the connections' application_name when dsn sets none.
+//   - gate_statement_timeout: "off" (default, also 0), a Go duration > 0, "deadline" (the
+//     context's remaining time) or "deadline:<dur>" (the smaller of the two; dur without a
+//     deadline). See [Config.StatementTimeout].
+//   - gate_lock_timeout: "off" (default, also 0) or a Go duration > 0.
 //
 // Two forms of dsn are understood:
 //
@@ -187,17 +224,21 @@ func ParseDSN(dsn string) (*Config, error) {
 			return nil, &DSNError{Key: p.key, Err: err}
 		}
 	}
-	// The defaults chain: gate_concurrent follows gate_max_conns, gate_queue follows
-	// gate_concurrent, each only once the key it follows is final.
+	// The defaults chain, each only once the keys it follows are final: a workload's wait
+	// follows gate_queue_wait; gate_concurrent follows gate_max_conns less the workloads' B;
+	// gate_max_conns not given grows to the B asked for (gate_concurrent=16 alone asks for 16
+	// running operations, as B ≤ P requires), which normalize does for zero fields; gate_queue
+	// follows the final gate_concurrent.
+	for i := range c.Workloads {
+		if c.Workloads[i].QueueWait < 0 {
+			c.Workloads[i].QueueWait = c.QueueWait
+		}
+	}
+	if !seen[keyMaxConns] {
+		c.MaxConns = 0
+	}
 	if !seen[keyConcurrent] {
-		c.Concurrent = c.MaxConns
-	}
-	if !seen[keyQueue] {
-		c.Queue = c.Concurrent
-	}
-	if c.Concurrent > c.MaxConns && !seen[keyMaxConns] {
-		// gate_concurrent=16 alone asks for 16 running operations: P follows, as B ≤ P requires.
-		c.MaxConns = c.Concurrent
+		c.Concurrent = 0
 	}
 	if err := c.normalize(); err != nil {
 		// Taking keys out can change the form of what is left ("gate_queue=1 x?gate_queue_wait=1s"
@@ -206,6 +247,9 @@ func ParseDSN(dsn string) (*Config, error) {
 			de.Err = errStrandedKey
 		}
 		return nil, err
+	}
+	if !seen[keyQueue] {
+		c.Queue = c.Concurrent
 	}
 	return c, nil
 }
@@ -243,6 +287,17 @@ func (c *Config) set(key, value string) error {
 		if value == QueueFIFO {
 			c.QueueOrder = "" // the default, so that Parse → Format → Parse is stable
 		}
+	case keyWorkloads:
+		c.Workloads, err = parseWorkloads(value)
+	case keyName:
+		if value == "" {
+			return errors.New("empty name")
+		}
+		c.Name = value
+	case keyStmtTimeout:
+		c.StatementTimeout, c.StatementDeadline, err = parseStatementTimeout(value)
+	case keyLockTimeout:
+		c.LockTimeout, err = parseTimeout(value)
 	default:
 		return errUnknownKey
 	}
@@ -282,6 +337,10 @@ func parseDuration(value string) (time.Duration, error) {
 // a caller may report the fields as they were given.
 func (c *Config) normalize() error {
 	driver, maxConns, concurrent := c.Driver, c.MaxConns, c.Concurrent
+	wB, err := checkWorkloads(c.Workloads)
+	if err != nil {
+		return err
+	}
 	if driver == "" {
 		driver = defaultDriver
 	}
@@ -292,13 +351,19 @@ func (c *Config) normalize() error {
 	case maxConns < 0:
 		return &DSNError{Key: keyMaxConns, Err: fmt.Errorf("%d is negative", maxConns)}
 	case maxConns == 0:
-		maxConns = max(defaultMaxConns, concurrent)
+		maxConns = max(defaultMaxConns, concurrent+wB)
 	}
 	switch {
 	case concurrent < 0:
 		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is negative", concurrent)}
+	case concurrent == 0 && wB >= maxConns:
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the workloads' B add up to %d, leaving no execution permit of gate_max_conns (%d) for the default workload", wB, maxConns)}
 	case concurrent == 0:
-		concurrent = maxConns
+		concurrent = maxConns - wB
+	case wB > 0 && concurrent+wB > maxConns:
+		// Σ B > P would make operations wait for a physical connection, the wait the gates
+		// exist to replace.
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the B of all workloads add up to %d (%s), more than gate_max_conns (%d)", concurrent+wB, sumOfB(concurrent, c.Workloads), maxConns)}
 	case concurrent > maxConns:
 		// B > P would make operations wait for a physical connection, the wait the gate exists
 		// to replace.
@@ -313,10 +378,18 @@ func (c *Config) normalize() error {
 	for _, d := range [...]struct {
 		key string
 		d   time.Duration
-	}{{keyQueueWait, c.QueueWait}, {keyMaxConnLifetime, c.MaxConnLifetime}, {keyMaxConnIdleTime, c.MaxConnIdleTime}} {
+	}{{keyQueueWait, c.QueueWait}, {keyMaxConnLifetime, c.MaxConnLifetime}, {keyMaxConnIdleTime, c.MaxConnIdleTime},
+		{keyStmtTimeout, c.StatementTimeout}, {keyLockTimeout, c.LockTimeout}} {
 		if d.d < 0 {
 			return &DSNError{Key: d.key, Err: fmt.Errorf("%v is negative", d.d)}
 		}
+	}
+	if (c.StatementTimeout > 0 || c.StatementDeadline || c.LockTimeout > 0) && driver != "pgx" && driver != "postgres" {
+		key := keyLockTimeout
+		if c.StatementTimeout > 0 || c.StatementDeadline {
+			key = keyStmtTimeout
+		}
+		return &DSNError{Key: key, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(driver))}
 	}
 	// A gate_ key left in a code-built DSN would reach the inner driver, which forwards unknown
 	// keys to the server as settings and fails on the first connection, far from the mistake.
@@ -348,8 +421,12 @@ func (c *Config) FormatDSN() string {
 	if maxConns == 0 {
 		maxConns = defaultMaxConns
 	}
+	wB := 0
+	for _, w := range c.Workloads {
+		wB += w.Concurrent
+	}
 	if concurrent == 0 {
-		concurrent = maxConns
+		concurrent = maxConns - wB
 	}
 	var buf [len(gateKeys)]gateParam
 	params := buf[:0]
@@ -359,7 +436,7 @@ func (c *Config) FormatDSN() string {
 	if maxConns != defaultMaxConns {
 		params = append(params, gateParam{keyMaxConns, strconv.Itoa(maxConns)})
 	}
-	if concurrent != maxConns {
+	if concurrent != maxConns-wB {
 		params = append(params, gateParam{keyConcurrent, strconv.Itoa(concurrent)})
 	}
 	if c.Queue != concurrent {
@@ -376,6 +453,18 @@ func (c *Config) FormatDSN() string {
 	}
 	if c.QueueOrder == QueueAdaptive {
 		params = append(params, gateParam{keyQueueOrder, c.QueueOrder})
+	}
+	if len(c.Workloads) > 0 {
+		params = append(params, gateParam{keyWorkloads, formatWorkloads(c.Workloads)})
+	}
+	if c.Name != "" {
+		params = append(params, gateParam{keyName, c.Name})
+	}
+	if c.StatementTimeout > 0 || c.StatementDeadline {
+		params = append(params, gateParam{keyStmtTimeout, formatStatementTimeout(c.StatementTimeout, c.StatementDeadline)})
+	}
+	if c.LockTimeout > 0 {
+		params = append(params, gateParam{keyLockTimeout, c.LockTimeout.String()})
 	}
 	if len(params) == 0 {
 		return c.DSN

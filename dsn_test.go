@@ -3,6 +3,7 @@ package gated
 import (
 	"errors"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,24 @@ var validDSNTests = []struct {
 	{"adaptive queue order", "postgres://db/shop?gate_queue_order=adaptive",
 		cfgWith("postgres://db/shop", func(c *Config) { c.QueueOrder = QueueAdaptive })},
 	{"fifo queue order is the default", "host=db gate_queue_order=fifo", cfgWith("host=db", nil)},
+	{"workloads take their B from the default's", "postgres://db/shop?gate_workloads=batch:2,report:1:0:50ms&gate_queue_wait=20ms",
+		cfgWith("postgres://db/shop", func(c *Config) {
+			c.Concurrent, c.Queue, c.QueueWait = 7, 7, 20*time.Millisecond
+			c.Workloads = []Workload{{"batch", 2, 2, 20 * time.Millisecond}, {"report", 1, 0, 50 * time.Millisecond}}
+		})},
+	{"workloads raise max_conns under a set concurrent", "gate_concurrent=10 gate_workloads=batch:4:8 host=db",
+		cfgWith("host=db", func(c *Config) {
+			c.MaxConns, c.Concurrent, c.Queue = 14, 10, 10
+			c.Workloads = []Workload{{"batch", 4, 8, time.Second}}
+		})},
+	{"gate_name", "host=db gate_name=orders", cfgWith("host=db", func(c *Config) { c.Name = "orders" })},
+	{"fixed statement and lock timeouts", "postgres://db/shop?gate_statement_timeout=200ms&gate_lock_timeout=1s",
+		cfgWith("postgres://db/shop", func(c *Config) { c.StatementTimeout, c.LockTimeout = 200*time.Millisecond, time.Second })},
+	{"statement timeout from the deadline", "host=db gate_statement_timeout=deadline",
+		cfgWith("host=db", func(c *Config) { c.StatementDeadline = true })},
+	{"statement timeout from the deadline with a cap", "host=db gate_statement_timeout=deadline:5s gate_lock_timeout=off",
+		cfgWith("host=db", func(c *Config) { c.StatementDeadline, c.StatementTimeout = true, 5*time.Second })},
+	{"timeouts off", "host=db gate_statement_timeout=off gate_lock_timeout=0", cfgWith("host=db", nil)},
 	{"URL only gate keys drops the question mark", "postgres://db/shop?gate_queue=3",
 		cfgWith("postgres://db/shop", func(c *Config) { c.Queue = 3 })},
 	{"URL fragment kept", "postgres://db/shop?a=1&gate_queue=3#frag",
@@ -144,6 +163,23 @@ var malformedDSNTests = []struct {
 	{"duration without unit", "password=" + testPassword + " gate_queue_wait=5", keyQueueWait},
 	{"unparsable duration", "postgres://app:" + testPassword + "@db/shop?gate_max_conn_lifetime=forever", keyMaxConnLifetime},
 	{"negative max_conns", "password=" + testPassword + " gate_max_conns=-2", keyMaxConns},
+	{"sum of B above max_conns", "password=" + testPassword + " gate_max_conns=10 gate_concurrent=9 gate_workloads=batch:2", keyWorkloads},
+	{"workloads leave the default nothing", "password=" + testPassword + " gate_max_conns=4 gate_workloads=batch:4", keyWorkloads},
+	{"workload without B", "password=" + testPassword + " gate_workloads=batch", keyWorkloads},
+	{"workload with B zero", "password=" + testPassword + " gate_workloads=batch:0", keyWorkloads},
+	{"workload with bad wait", "password=" + testPassword + " gate_workloads=batch:1:1:soon", keyWorkloads},
+	{"workload with too many fields", "password=" + testPassword + " gate_workloads=batch:1:1:1s:x", keyWorkloads},
+	{"duplicate workload", "password=" + testPassword + " gate_workloads=batch:1,batch:2", keyWorkloads},
+	{"empty workload name", "password=" + testPassword + " gate_workloads=:1", keyWorkloads},
+	{"empty workload item", "password=" + testPassword + " gate_workloads=batch:1,", keyWorkloads},
+	{"workload named default", "password=" + testPassword + " gate_workloads=default:1", keyWorkloads},
+	{"empty gate_name", "postgres://app:" + testPassword + "@db/shop?gate_name=", keyName},
+	{"bad statement timeout", "password=" + testPassword + " gate_statement_timeout=soon", keyStmtTimeout},
+	{"negative statement timeout", "password=" + testPassword + " gate_statement_timeout=-1s", keyStmtTimeout},
+	{"bad deadline cap", "password=" + testPassword + " gate_statement_timeout=deadline:0s", keyStmtTimeout},
+	{"deadline without colon", "password=" + testPassword + " gate_statement_timeout=deadline5s", keyStmtTimeout},
+	{"bad lock timeout", "password=" + testPassword + " gate_lock_timeout=deadline", keyLockTimeout},
+	{"timeouts with a non-PostgreSQL driver", "password=" + testPassword + " gate_driver=mysql gate_lock_timeout=1s", keyLockTimeout},
 	{"negative concurrent", "password=" + testPassword + " gate_concurrent=-1", keyConcurrent},
 	{"negative queue", "postgres://app:" + testPassword + "@db/shop?gate_queue=-1", keyQueue},
 	{"negative queue_wait", "password=" + testPassword + " gate_queue_wait=-1s", keyQueueWait},
@@ -175,7 +211,7 @@ func TestParseDSNStripsGateKeysAndKeepsInnerDSN(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseDSN(%q): %v", tt.in, err)
 			}
-			if *got != tt.want {
+			if !reflect.DeepEqual(*got, tt.want) {
 				t.Errorf("ParseDSN(%q)\n got %+v\nwant %+v", tt.in, *got, tt.want)
 			}
 		})
@@ -228,7 +264,7 @@ func checkDSNError(t *testing.T, err error, key string) {
 func TestNewConfigHasDSNDefaults(t *testing.T) {
 	want := Config{Driver: "pgx", MaxConns: 10, Concurrent: 10, Queue: 10, QueueWait: time.Second,
 		MaxConnLifetime: time.Hour, MaxConnIdleTime: 30 * time.Minute}
-	if got := NewConfig(); *got != want {
+	if got := NewConfig(); !reflect.DeepEqual(*got, want) {
 		t.Errorf("NewConfig() = %+v, want %+v", *got, want)
 	}
 	if got := NewConfig().FormatDSN(); got != "" {
@@ -240,7 +276,7 @@ func TestCloneIsIndependent(t *testing.T) {
 	c := NewConfig()
 	c.DSN = "host=db"
 	cp := c.Clone()
-	if *cp != *c {
+	if !reflect.DeepEqual(*cp, *c) {
 		t.Fatalf("Clone() = %+v, want %+v", *cp, *c)
 	}
 	cp.Concurrent, cp.DSN = 3, "host=other"
@@ -280,7 +316,7 @@ func TestNormalizeDefaultsZeroFieldsOfCodeBuiltConfig(t *testing.T) {
 			if err := c.normalize(); err != nil {
 				t.Fatalf("normalize(%+v): %v", tt.in, err)
 			}
-			if c != tt.want {
+			if !reflect.DeepEqual(c, tt.want) {
 				t.Errorf("normalize(%+v)\n got %+v\nwant %+v", tt.in, c, tt.want)
 			}
 		})
@@ -317,7 +353,7 @@ func TestNormalizeRejectsInvalidConfigUnchanged(t *testing.T) {
 			if strings.Contains(err.Error(), testPassword) {
 				t.Errorf("error %q contains the password", err)
 			}
-			if c != tt.in {
+			if !reflect.DeepEqual(c, tt.in) {
 				t.Errorf("failed normalize changed the Config: %+v, was %+v", c, tt.in)
 			}
 		})
@@ -362,7 +398,7 @@ func TestFormatDSNWritesOnlyNonDefaults(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("FormatDSN(%+v)\n got %q\nwant %q", tt.in, got, tt.want)
 			}
-			if in != tt.in {
+			if !reflect.DeepEqual(in, tt.in) {
 				t.Errorf("FormatDSN changed the Config to %+v", in)
 			}
 			// What FormatDSN writes is what NewConnector would run with.
@@ -374,7 +410,7 @@ func TestFormatDSNWritesOnlyNonDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseDSN(%q): %v", got, err)
 			}
-			if *back != want {
+			if !reflect.DeepEqual(*back, want) {
 				t.Errorf("ParseDSN(%q)\n got %+v\nwant %+v", got, *back, want)
 			}
 		})
@@ -402,7 +438,7 @@ func checkRoundTrip(t *testing.T, dsn string) bool {
 	if err != nil {
 		t.Fatalf("ParseDSN(%q) = %+v, FormatDSN = %q, which fails to parse: %v", dsn, *cfg, s, err)
 	}
-	if *cfg2 != *cfg {
+	if !reflect.DeepEqual(*cfg2, *cfg) {
 		t.Fatalf("ParseDSN(%q)\n   = %+v\nFormatDSN = %q\nParseDSN = %+v", dsn, *cfg, s, *cfg2)
 	}
 	if s2 := cfg2.FormatDSN(); s2 != s {

@@ -16,12 +16,9 @@ import (
 // guards everything, which keeps Running and Waiting exact and lets a release hand its permit (and
 // its physical connection) to the first waiter in the same critical section.
 type gate struct {
-	concurrent int           // B
-	queue      int           // Q
-	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
-	adaptive   bool          // gate_queue_order=adaptive
-	pool       *pool         // where a released connection goes when no waiter takes it
-	wl         workloadObs   // name and observability counters (observe.go)
+	gateConfig
+	pool *pool       // where a released connection goes when no waiter takes it
+	wl   workloadObs // name and observability counters (observe.go)
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -68,8 +65,17 @@ const (
 	overloadWait  = 5 * time.Millisecond
 )
 
-func newGate(concurrent, queue int, queueWait time.Duration, adaptive bool, p *pool) *gate {
-	return &gate{concurrent: concurrent, queue: queue, queueWait: queueWait, adaptive: adaptive, pool: p}
+// gateConfig is one gate's configuration: the default workload's or a named one's.
+type gateConfig struct {
+	name       string        // the workload: "default" or a name from gate_workloads
+	concurrent int           // B
+	queue      int           // Q
+	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
+	adaptive   bool          // gate_queue_order=adaptive
+}
+
+func newGate(cfg gateConfig, p *pool) *gate {
+	return &gate{gateConfig: cfg, pool: p}
 }
 
 // acquire takes an admission permit and then an execution permit. On success the caller holds an

@@ -12,7 +12,7 @@ import (
 
 // newTestGate returns a gate over a pool that never dials: these tests release nil connections.
 func newTestGate(b, q int, wait time.Duration) *gate {
-	return newGate(b, q, wait, false, newPool(nil, nil, b, 0, 0))
+	return newGate(gateConfig{name: DefaultWorkload, concurrent: b, queue: q, queueWait: wait}, newPool(nil, nil, b, 0, 0))
 }
 
 func gateStats(g *gate) Stats {
@@ -290,7 +290,7 @@ func TestGateUncontendedAcquireReleaseDoesNotAllocate(t *testing.T) {
 }
 
 func TestGateAdaptiveServesNewestFirstAndShedsStaleWaitersOnceTheQueueStands(t *testing.T) {
-	g := newGate(1, 10, time.Minute, true, newPool(nil, nil, 1, 0, 0))
+	g := newGate(gateConfig{name: DefaultWorkload, concurrent: 1, queue: 10, queueWait: time.Minute, adaptive: true}, newPool(nil, nil, 1, 0, 0))
 	mustAcquire(t, g)
 	old := acquireAsync(t, g, context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -335,7 +335,7 @@ func TestGateAdaptiveServesNewestFirstAndShedsStaleWaitersOnceTheQueueStands(t *
 }
 
 func TestGateAdaptiveStaysFIFOWhileTheQueueEmpties(t *testing.T) {
-	g := newGate(1, 10, time.Minute, true, newPool(nil, nil, 1, 0, 0))
+	g := newGate(gateConfig{name: DefaultWorkload, concurrent: 1, queue: 10, queueWait: time.Minute, adaptive: true}, newPool(nil, nil, 1, 0, 0))
 	mustAcquire(t, g)
 	first := acquireAsync(t, g, context.Background())
 	second := acquireAsync(t, g, context.Background())

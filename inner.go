@@ -59,21 +59,55 @@ type innerConn interface {
 	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing
 	// and the driver has dropped its cache entry: the query may run once more.
 	staleStatement(err error) bool
+	// beginSet begins a transaction whose first statements are set (SET LOCAL ...): pgx sends
+	// them in BEGIN's round trip. On failure no transaction is open, or the connection is not
+	// idle and gets destroyed.
+	beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error)
+	// execSet runs set (SET or RESET statements) outside a transaction.
+	execSet(ctx context.Context, set string) error
 	// closeStmts reports whether prepared statements hold client-side resources that must be
 	// freed when the connection is destroyed.
 	closeStmts() bool
 }
 
 // newInner returns the inner driver's connector for dsn, and the function that makes an
-// innerConn for each of its connections.
-func newInner(name, dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+// innerConn for each of its connections. The PostgreSQL drivers start each connection with the
+// run-time parameters params, and with application_name app when app is not empty and dsn (or
+// the environment) names none.
+func newInner(name, dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	switch name {
 	case "pgx":
-		return newPgxInner(dsn)
+		return newPgxInner(dsn, app, params)
 	case "postgres":
-		return newPQInner(dsn)
+		return newPQInner(dsn, app, params)
 	}
 	return newGenericInner(name, dsn)
+}
+
+// execSimple runs query, without arguments, on dc.
+func execSimple(ctx context.Context, dc driver.Conn, query string) error {
+	if c, ok := dc.(driver.ExecerContext); ok {
+		_, err := c.ExecContext(ctx, query, nil)
+		return err
+	}
+	return errors.New("gated: the inner driver cannot execute statements without preparing them")
+}
+
+// beginThenSet begins a transaction with begin and runs set in it, rolling back when set fails.
+func beginThenSet(ctx context.Context, dc driver.Conn, opts driver.TxOptions, set string) (driver.Tx, error) {
+	b, ok := dc.(driver.ConnBeginTx)
+	if !ok {
+		return nil, errors.New("gated: the inner driver has no BeginTx")
+	}
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := execSimple(ctx, dc, set); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
 }
 
 // endFailedTxTimeout bounds the ROLLBACK that sendRollback sends.

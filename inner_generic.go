@@ -74,6 +74,16 @@ func (genericConn) unwatch() bool         { return true }
 func (genericConn) rested()               {}
 func (genericConn) checkBeforeWrite()     {}
 
+// beginSet and execSet: Config.normalize refuses the timeouts for drivers other than pgx and
+// lib/pq, whose SQL gated cannot know; these follow PostgreSQL's in case one reaches them.
+func (c genericConn) beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+	return beginThenSet(ctx, c.dc, opts, set)
+}
+
+func (c genericConn) execSet(ctx context.Context, set string) error {
+	return execSimple(ctx, c.dc, set)
+}
+
 // closeStmts: statements of an unknown driver may hold client-side resources (SQLite's do).
 func (genericConn) closeStmts() bool { return true }
 

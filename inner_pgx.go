@@ -2,9 +2,11 @@ package gated
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +23,16 @@ import (
 // releases the permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request
 // on a connection that stays in use, is racy: the request can arrive late and cancel the
 // connection's next statement, and pgx pads every cancelled call with 100 ms.
-func newPgxInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+func newPgxInner(dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gated: inner driver \"pgx\": %w", redactErr(err, dsn))
+	}
+	if app != "" && cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = app
+	}
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
 	}
 	dial := func(ctx context.Context, cfg *pgx.ConnConfig) error {
 		inner := cfg.DialFunc
@@ -92,6 +100,55 @@ func (c *pgxConn) rested()           {}
 func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pgxConn) closeStmts() bool { return false }
+
+// beginSet begins the transaction on the *pgx.Conn itself, with set in BEGIN's simple-protocol
+// query (pgx.TxOptions.BeginQuery): one round trip, as without it. The isolation levels and
+// errors are those of pgx's stdlib BeginTx.
+func (c *pgxConn) beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+	if c.pg.IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	var b strings.Builder
+	b.WriteString("begin")
+	switch sql.IsolationLevel(opts.Isolation) {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		b.WriteString(" isolation level read uncommitted")
+	case sql.LevelReadCommitted:
+		b.WriteString(" isolation level read committed")
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		b.WriteString(" isolation level repeatable read")
+	case sql.LevelSerializable:
+		b.WriteString(" isolation level serializable")
+	default:
+		return nil, fmt.Errorf("unsupported isolation: %v", opts.Isolation)
+	}
+	if opts.ReadOnly {
+		b.WriteString(" read only")
+	}
+	b.WriteString("; ")
+	b.WriteString(set)
+	tx, err := c.dc.(*stdlib.Conn).Conn().BeginTx(ctx, pgx.TxOptions{BeginQuery: b.String()})
+	if err != nil {
+		return nil, err
+	}
+	return pgxTx{ctx: ctx, tx: tx}, nil
+}
+
+// pgxTx is pgx stdlib's driver.Tx, for transactions gated begins on the *pgx.Conn.
+type pgxTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
+func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
+
+// execSet sends set in one simple-protocol query.
+func (c *pgxConn) execSet(ctx context.Context, set string) error {
+	_, err := c.pg.Exec(ctx, set).ReadAll()
+	return err
+}
 
 func sockSent(s *sockConn) int64 {
 	if s == nil {

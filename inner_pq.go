@@ -13,8 +13,21 @@ import (
 // newPQInner returns a lib/pq connector whose sockets gated dials (see sockConn): their Close
 // waits for the server while a statement may still run, and a context that ends interrupts
 // their blocking calls.
-func newPQInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
-	pc, err := pq.NewConnector(dsn)
+func newPQInner(dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+	cfg, err := pq.NewConfig(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
+	}
+	if app != "" && cfg.ApplicationName == "" {
+		cfg.ApplicationName = app
+	}
+	if len(params) > 0 && cfg.Runtime == nil {
+		cfg.Runtime = map[string]string{}
+	}
+	for k, v := range params {
+		cfg.Runtime[k] = v
+	}
+	pc, err := pq.NewConnectorConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
 	}
@@ -107,3 +120,10 @@ func (c *pqConn) closeStmts() bool { return false }
 
 // staleStatement: lib/pq caches no statements of its own.
 func (c *pqConn) staleStatement(error) bool { return false }
+
+// beginSet: lib/pq sends BEGIN on its own, so SET LOCAL costs a round trip after it.
+func (c *pqConn) beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+	return beginThenSet(ctx, c.dc, opts, set)
+}
+
+func (c *pqConn) execSet(ctx context.Context, set string) error { return execSimple(ctx, c.dc, set) }

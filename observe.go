@@ -162,20 +162,25 @@ type observer struct {
 	connLog summarizer // connection failures
 }
 
-// initObserve attaches the Config's Observer and Logger to the Connector's gate and pool.
-func (c *Connector) initObserve() {
-	c.obs = observer{o: c.cfg.Observer, log: c.cfg.Logger, dsn: c.cfg.DSN}
-	c.obs.connLog.write = c.obs.logConnectFailures
-	c.pool.obs = &c.obs
-	c.gate.wl.name = DefaultWorkload
-	c.gate.wl.refusals.write = func(n [2]int64, _ error) { c.obs.logRefusals(DefaultWorkload, n) }
+// initObserve attaches the Config's Observer and Logger to the set's gates and pool. Connectors
+// that share the set by gate_name share its observer: the first Config's.
+func (set *gateSet) initObserve(cfg *Config) {
+	set.obs = observer{o: cfg.Observer, log: cfg.Logger, dsn: cfg.DSN}
+	set.obs.connLog.write = set.obs.logConnectFailures
+	set.pool.obs = &set.obs
+	for _, g := range set.gates() {
+		g.wl.name = g.name
+		g.wl.refusals.write = func(n [2]int64, _ error) { set.obs.logRefusals(g.name, n) }
+	}
 }
 
 // closeObserve writes the log lines still pending, so that nothing is lost and no timer outlives
-// the Connector.
-func (c *Connector) closeObserve() {
-	c.gate.wl.refusals.stop()
-	c.obs.connLog.stop()
+// the set.
+func (set *gateSet) closeObserve() {
+	for _, g := range set.gates() {
+		g.wl.refusals.stop()
+	}
+	set.obs.connLog.stop()
 }
 
 // monoBase is the origin of monoNow.

@@ -23,6 +23,7 @@ type physConn struct {
 	broken    bool        // must be destroyed rather than reused
 	closedFor CloseReason // why it is destroyed; CloseBroken unless set (observe.go)
 
+	stmtMs  int64      // statement_timeout gated set on the session (timeout.go); 0: the startup value
 	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
 }
@@ -211,7 +212,11 @@ func stmtArgs(ci driver.Conn, st driver.Stmt, args []driver.NamedValue) ([]drive
 	return a, nil
 }
 
-func (pc *physConn) begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+// begin begins a transaction. set, when not empty, is SET LOCAL statements that begin it too.
+func (pc *physConn) begin(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+	if set != "" {
+		return pc.inner.beginSet(ctx, opts, set)
+	}
 	if c, ok := pc.conn.(driver.ConnBeginTx); ok {
 		return c.BeginTx(ctx, opts)
 	}

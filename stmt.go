@@ -40,6 +40,9 @@ func (s *stmt) NumInput() int { return s.numInput }
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
 	err := s.cn.run(ctx, false, func(pc *physConn) error {
+		if err := s.cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
 		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {
 			res, err = pc.execStmt(ctx, st, args)
 			return err
@@ -51,6 +54,9 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
 	err := s.cn.run(ctx, false, func(pc *physConn) error {
+		if err := s.cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
 		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {
 			rows, err = pc.queryStmt(ctx, st, args)
 			return err

@@ -1,14 +1,48 @@
 package gated
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A Workload is a named gate beside the default one (gate_workloads), with budgets of its own:
+// a batch job or a report given its own Workload cannot take the execution permits that
+// interactive requests need, and they cannot take its. Budgets are hard: a workload never runs
+// more than its Concurrent operations, even while other gates are idle.
+//
+// In a Config built in code the zero values are taken literally (no queue, try once); the DSN
+// gives Queue the default Concurrent and QueueWait the default gate_queue_wait.
+type Workload struct {
+	// Name chooses the workload in [WithWorkload]: letters, digits, '_', '-' and '.', unique,
+	// not "default".
+	Name string
+	// Concurrent is the workload's B, at least 1.
+	Concurrent int
+	// Queue is the workload's Q, at least 0.
+	Queue int
+	// QueueWait is the longest an operation of the workload waits for an execution permit;
+	// zero means try once.
+	QueueWait time.Duration
+}
+
+// ErrUnknownWorkload is wrapped by the error of an operation whose context names (with
+// [WithWorkload]) a workload the Connector was not configured with. The operation fails at once
+// and holds nothing: it is never run under another workload's budget.
+var ErrUnknownWorkload = errors.New("gated: unknown workload")
 
 // workloadKey is the context key under which WithWorkload stores a workload's name.
 type workloadKey struct{}
 
 // WithWorkload returns a copy of ctx that names the workload whose gate admits the operations run
-// under it. The operation's gate is chosen by the context of its first operation on a connection
-// (BeginTx, or the first statement of a pinned *sql.Conn), and kept until the connection is
-// given back. An empty name means the default gate. It does no I/O and is safe for concurrent use.
+// under it. The gate is chosen by the context of the first operation on a connection (BeginTx,
+// or the first statement of a pinned *sql.Conn) and kept until database/sql takes the connection
+// back, so every statement of a transaction runs under the workload that began it. An empty name
+// and "default" mean the default gate; a name the Connector does not know makes the operation
+// fail with [ErrUnknownWorkload]. It does no I/O and is safe for concurrent use.
 func WithWorkload(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, workloadKey{}, name)
 }
@@ -17,4 +51,143 @@ func WithWorkload(ctx context.Context, name string) context.Context {
 func workloadFrom(ctx context.Context) string {
 	name, _ := ctx.Value(workloadKey{}).(string)
 	return name
+}
+
+// gateFor returns the gate of the workload ctx names.
+func (c *Connector) gateFor(ctx context.Context) (*gate, error) {
+	name := workloadFrom(ctx)
+	if name == "" || name == DefaultWorkload {
+		return c.gate, nil
+	}
+	if g := c.gates[name]; g != nil {
+		return g, nil
+	}
+	return nil, fmt.Errorf("%w %q (configured: %s)", ErrUnknownWorkload, name, strings.Join(c.Workloads(), ", "))
+}
+
+// Workloads returns the names of the Connector's gates: "default" first, then the configured
+// workloads in the order they were given. Safe for concurrent use.
+func (c *Connector) Workloads() []string {
+	names := make([]string, 0, 1+len(c.cfg.Workloads))
+	names = append(names, DefaultWorkload)
+	for _, w := range c.cfg.Workloads {
+		names = append(names, w.Name)
+	}
+	return names
+}
+
+// WorkloadStats returns a snapshot of the named workload's gate ("" or "default" for the
+// default gate) with the shared physical pool in Pool, and false when the Connector has no such
+// workload. Connectors sharing a gate_name report the same gates. Safe for concurrent use.
+func (c *Connector) WorkloadStats(name string) (Stats, bool) {
+	g := c.gate
+	if name != "" && name != DefaultWorkload {
+		if g = c.gates[name]; g == nil {
+			return Stats{}, false
+		}
+	}
+	var s Stats
+	g.stats(&s)
+	g.wl.stats(&s)
+	c.pool.stats(&s.Pool)
+	return s, true
+}
+
+// parseWorkloads reads gate_workloads: "name:B[:Q[:wait]],...". A missing wait is -1 until
+// ParseDSN knows gate_queue_wait.
+func parseWorkloads(value string) ([]Workload, error) {
+	var ws []Workload
+	for item := range strings.SplitSeq(value, ",") {
+		fields := strings.Split(item, ":")
+		if len(fields) < 2 || len(fields) > 4 {
+			return nil, fmt.Errorf("workload %s: want name:B[:Q[:wait]]", shownValue(item))
+		}
+		w := Workload{Name: fields[0], QueueWait: -1}
+		var err error
+		if w.Concurrent, err = parseCount(fields[1], 1); err != nil {
+			return nil, fmt.Errorf("workload %s: B: %w", shownValue(w.Name), err)
+		}
+		w.Queue = w.Concurrent
+		if len(fields) > 2 {
+			if w.Queue, err = parseCount(fields[2], 0); err != nil {
+				return nil, fmt.Errorf("workload %s: Q: %w", shownValue(w.Name), err)
+			}
+		}
+		if len(fields) > 3 {
+			if w.QueueWait, err = parseDuration(fields[3]); err != nil {
+				return nil, fmt.Errorf("workload %s: wait: %w", shownValue(w.Name), err)
+			}
+		}
+		ws = append(ws, w)
+	}
+	// The waits still to be defaulted (-1) are checked once they are known.
+	check := make([]Workload, len(ws))
+	for i, w := range ws {
+		check[i] = w
+		check[i].QueueWait = max(w.QueueWait, 0)
+	}
+	if _, err := checkWorkloads(check); err != nil {
+		return nil, err.(*DSNError).Err // set adds the key
+	}
+	return ws, nil
+}
+
+// formatWorkloads writes ws in the full form parseWorkloads reads back unchanged.
+func formatWorkloads(ws []Workload) string {
+	var b strings.Builder
+	for i, w := range ws {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, w.Queue, w.QueueWait)
+	}
+	return b.String()
+}
+
+// checkWorkloads validates ws and returns the sum of their B.
+func checkWorkloads(ws []Workload) (sumB int, err error) {
+	seen := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		bad := func(format string, args ...any) (int, error) {
+			return 0, &DSNError{Key: keyWorkloads, Err: fmt.Errorf("workload %s: "+format, append([]any{shownValue(w.Name)}, args...)...)}
+		}
+		switch {
+		case w.Name == "":
+			return bad("empty name")
+		case w.Name == DefaultWorkload:
+			return bad("the name of the default gate, configured by gate_concurrent, gate_queue and gate_queue_wait")
+		case !validWorkloadName(w.Name):
+			return bad("a name has only letters, digits, '_', '-' and '.'")
+		case seen[w.Name]:
+			return bad("named twice")
+		case w.Concurrent < 1:
+			return bad("B is %d, want at least 1", w.Concurrent)
+		case w.Queue < 0:
+			return bad("Q is %d, want at least 0", w.Queue)
+		case w.QueueWait < 0:
+			return bad("wait %v is negative", w.QueueWait)
+		}
+		seen[w.Name] = true
+		sumB += w.Concurrent
+	}
+	return sumB, nil
+}
+
+func validWorkloadName(s string) bool {
+	for _, r := range s {
+		if !(r == '_' || r == '-' || r == '.' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// sumOfB spells out the sum of all B for an error: "default 8 + batch 2 + report 1".
+func sumOfB(concurrent int, ws []Workload) string {
+	var b strings.Builder
+	b.WriteString(DefaultWorkload + " " + strconv.Itoa(concurrent))
+	for _, w := range ws {
+		b.WriteString(" + " + w.Name + " " + strconv.Itoa(w.Concurrent))
+	}
+	return b.String()
 }

@@ -1,0 +1,183 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Deadlines into the database (gate_statement_timeout, gate_lock_timeout).
+//
+// The fixed parts cost nothing per operation: they are startup parameters of every physical
+// connection (statement_timeout = the configured duration, or the cap of deadline:<dur>;
+// lock_timeout), so every statement, in a transaction or not, runs under them, and RESET or
+// SET ... TO DEFAULT returns to them.
+//
+// Only the deadline part moves. In a transaction the context's remaining time, rounded down to
+// a millisecond, is set with SET LOCAL as part of beginning it (pgx: in BEGIN's own round trip).
+// Outside transactions a SET before every statement would double its round trips, so the session
+// value is set only when it changes, to the remaining time rounded up to a coarse step (at most
+// 25% above it): callers with the same per-request deadline find it already in force. The
+// client's context still ends the statement at the deadline itself; the server's limit is the
+// backstop for a cancel request that cannot reach the server, and frees the backend soon after.
+
+// limits is the Connector's statement and lock timeout configuration.
+type limits struct {
+	deadline bool  // the statement timeout follows the context's deadline
+	baseMs   int64 // statement_timeout in the startup parameters: fixed, or deadline's cap; 0 none
+	lockMs   int64 // lock_timeout in the startup parameters; 0 none
+}
+
+func newLimits(cfg *Config) limits {
+	return limits{deadline: cfg.StatementDeadline, baseMs: ceilMs(cfg.StatementTimeout), lockMs: ceilMs(cfg.LockTimeout)}
+}
+
+// startupParams returns the run-time parameters every physical connection starts with.
+func (l limits) startupParams() map[string]string {
+	m := map[string]string{}
+	if l.baseMs > 0 {
+		m["statement_timeout"] = strconv.FormatInt(l.baseMs, 10)
+	}
+	if l.lockMs > 0 {
+		m["lock_timeout"] = strconv.FormatInt(l.lockMs, 10)
+	}
+	return m
+}
+
+// remainingMs returns the statement limit the deadline of ctx asks for, before rounding, and
+// false when the limit is the base one (no deadline, or a cap shorter than the deadline).
+func (l limits) remaining(ctx context.Context) (time.Duration, bool) {
+	if !l.deadline {
+		return 0, false
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	rem := time.Until(dl)
+	if l.baseMs > 0 && rem >= time.Duration(l.baseMs)*time.Millisecond {
+		return 0, false
+	}
+	return rem, true
+}
+
+// txSet returns the SET LOCAL that gives a transaction beginning on pc under ctx its statement
+// limit, or "" when the session's value is already the one wanted. The limit is at most the
+// remaining time (rounded down to a millisecond, at least 1).
+func (l limits) txSet(ctx context.Context, pc *physConn) string {
+	rem, ok := l.remaining(ctx)
+	if !ok {
+		if pc.stmtMs == 0 {
+			return ""
+		}
+		return "set local statement_timeout to default"
+	}
+	return "set local statement_timeout = " + strconv.FormatInt(max(rem.Milliseconds(), 1), 10)
+}
+
+// sessionSet returns the statement that gives pc's session the statement limit for a statement
+// outside a transaction under ctx, "" when it is already in force, and the value for
+// physConn.stmtMs once it has run.
+func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
+	var want int64 // the base
+	if rem, ok := l.remaining(ctx); ok {
+		want = roundUpMs(ceilMs(max(rem, time.Millisecond)))
+		if l.baseMs > 0 && want >= l.baseMs {
+			want = 0
+		}
+	}
+	switch {
+	case want == pc.stmtMs:
+		return "", want
+	case want == 0:
+		return "reset statement_timeout", 0
+	}
+	return "set statement_timeout = " + strconv.FormatInt(want, 10), want
+}
+
+// applySession gives pc's session the statement limit for a statement outside a transaction
+// under ctx. It is part of the operation: what it sends counts as sent.
+func (l limits) applySession(ctx context.Context, pc *physConn) error {
+	if !l.deadline {
+		return nil
+	}
+	set, want := l.sessionSet(ctx, pc)
+	if set == "" {
+		return nil
+	}
+	if err := pc.inner.execSet(ctx, set); err != nil {
+		return err
+	}
+	pc.stmtMs = want
+	return nil
+}
+
+// ceilMs returns d in milliseconds, rounded up: PostgreSQL's unit for both settings.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// roundUpMs rounds ms up to the next of 1, 2, ... 10 and then of the E12 series (12, 15, 18, 22,
+// 27, 33, 39, 47, 56, 68, 82, 100, 120, ...), so that deadlines a little apart map to one session value, never more than 25% above.
+func roundUpMs(ms int64) int64 {
+	if ms <= 10 {
+		return ms
+	}
+	scale := int64(1)
+	for ms > 100*scale {
+		scale *= 10
+	}
+	for _, m := range [...]int64{12, 15, 18, 22, 27, 33, 39, 47, 56, 68, 82} {
+		if ms <= m*scale {
+			return m * scale
+		}
+	}
+	return 100 * scale
+}
+
+// parseTimeout reads gate_lock_timeout: "off", 0 or a duration.
+func parseTimeout(value string) (time.Duration, error) {
+	if value == "off" {
+		return 0, nil
+	}
+	d, err := parseDuration(value)
+	if err != nil {
+		return 0, fmt.Errorf("invalid value %s: want \"off\" or a Go duration such as 250ms", shownValue(value))
+	}
+	return d, nil
+}
+
+// parseStatementTimeout reads gate_statement_timeout: "off", 0, a duration, "deadline" or
+// "deadline:<dur>".
+func parseStatementTimeout(value string) (time.Duration, bool, error) {
+	rest, deadline := strings.CutPrefix(value, "deadline")
+	if !deadline {
+		d, err := parseTimeout(value)
+		if err != nil {
+			return 0, false, errors.New(strings.Replace(err.Error(), `"off" or`, `"off", "deadline", "deadline:<duration>" or`, 1))
+		}
+		return d, false, nil
+	}
+	if rest == "" {
+		return 0, true, nil
+	}
+	d, err := parseDuration(strings.TrimPrefix(rest, ":"))
+	if err != nil || rest[0] != ':' || d == 0 {
+		return 0, false, fmt.Errorf("invalid value %s: want \"deadline:\" and a Go duration > 0 such as 2s", shownValue(value))
+	}
+	return d, true, nil
+}
+
+// formatStatementTimeout writes what parseStatementTimeout reads back.
+func formatStatementTimeout(d time.Duration, deadline bool) string {
+	switch {
+	case !deadline:
+		return d.String()
+	case d == 0:
+		return "deadline"
+	}
+	return "deadline:" + d.String()
+}
