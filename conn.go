@@ -264,6 +264,7 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
+		defer cn.c.lim.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
 			res, err = pc.exec(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -283,6 +284,7 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
+		defer cn.c.lim.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
 			rows, err = pc.query(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -359,6 +361,7 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 		return nil, err
 	}
 	cn.fresh = false // the caller may create session state behind the wrapper's back
+	cn.pc.stmtMs = -1 // and change its statement_timeout
 	return cn.pc.conn, nil
 }
 

@@ -23,7 +23,7 @@ type physConn struct {
 	broken    bool        // must be destroyed rather than reused
 	closedFor CloseReason // why it is destroyed; CloseBroken unless set (observe.go)
 
-	stmtMs  int64      // statement_timeout gated set on the session (timeout.go); 0: the startup value
+	stmtMs  int64      // statement_timeout gated set on the session (timeout.go); 0: the startup value; -1: unknown
 	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
 }

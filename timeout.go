@@ -181,3 +181,33 @@ func formatStatementTimeout(d time.Duration, deadline bool) string {
 	}
 	return "deadline:" + d.String()
 }
+
+// noteSessionChange forgets what gated knows of pc's session statement_timeout when query may
+// change it behind gated's back (SET statement_timeout, RESET, DISCARD ALL): the next statement
+// outside a transaction then sets it again. Only in deadline mode, where gated keeps that record.
+func (l limits) noteSessionChange(pc *physConn, query string) {
+	if l.deadline && (containsFold(query, "statement_timeout") || containsFold(query, "reset") || containsFold(query, "discard")) {
+		pc.stmtMs = -1
+	}
+}
+
+// containsFold reports whether s contains the lower-case ASCII word w in any case, without
+// allocating.
+func containsFold(s, w string) bool {
+	for i := 0; i+len(w) <= len(s); i++ {
+		j := 0
+		for ; j < len(w); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != w[j] {
+				break
+			}
+		}
+		if j == len(w) {
+			return true
+		}
+	}
+	return false
+}

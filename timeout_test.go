@@ -223,3 +223,37 @@ func TestDeadlineSettingSendsNothingMoreOnTheCommonPath(t *testing.T) {
 		}
 	})
 }
+
+// A statement of the application that changes the session's statement_timeout (SET, RESET,
+// DISCARD ALL) must not leave gated believing its own deadline value is still in force.
+func TestDeadlineModeNoticesTheApplicationChangingStatementTimeout(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_statement_timeout=deadline", func(t *testing.T, e *pgEnv) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := e.db.ExecContext(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.ExecContext(ctx, "SET statement_timeout = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.ExecContext(ctx, "SELECT pg_sleep(0.05)"); err != nil {
+			t.Errorf("statement under a 10s deadline after the application set statement_timeout = 1ms: %v", err)
+		}
+	})
+}
+
+func TestContainsFold(t *testing.T) {
+	for _, c := range []struct {
+		s, w string
+		want bool
+	}{
+		{"SET Statement_Timeout = 1", "statement_timeout", true},
+		{"DISCARD ALL", "discard", true},
+		{"select 1", "reset", false},
+		{"", "reset", false},
+	} {
+		if got := containsFold(c.s, c.w); got != c.want {
+			t.Errorf("containsFold(%q, %q) = %v", c.s, c.w, got)
+		}
+	}
+}
