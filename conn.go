@@ -360,7 +360,7 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 	if err := cn.bind(ctx); err != nil {
 		return nil, err
 	}
-	cn.fresh = false // the caller may create session state behind the wrapper's back
+	cn.fresh = false  // the caller may create session state behind the wrapper's back
 	cn.pc.stmtMs = -1 // and change its statement_timeout
 	return cn.pc.conn, nil
 }
