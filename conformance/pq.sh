@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# lib/pq v1.12.3's tests that open their *sql.DB through its test helper (pqtest.DB, pqtest.MustDB),
+# on plain lib/pq and through gated (gate_driver=postgres). See README.md. Exit status 1 when gated
+# fails a test that passes plain.
+source "$(dirname "$0")/lib.sh"
+
+src=$(moddir github.com/lib/pq@v1.12.3)
+mod=$TMP/pq
+cp -r "$src" "$mod"
+chmod -R u+w "$mod"
+cp "$CONF/testdata/pq/gated_route.go" "$mod/internal/pqtest/"
+cp "$CONF/testdata/pq/gated_route_test.go" "$mod/"
+rewrite "$mod/internal/pqtest/pqtest.go" 'sql.Open("postgres", DSN(' 'conformanceOpen(DSN(' 1
+rewrite "$mod/pq_test.go" 'e := m.Run()' 'e := max(m.Run(), pqtest.ConformanceReport())' 1
+# lib/pq's tests run inside its own module (they use its internal packages), with gated from this
+# checkout and the checksums of both modules' requirements.
+(
+  cd "$mod"
+  go mod edit -require=github.com/gatedsql/gated@v0.0.0-00010101000000-000000000000 \
+    -replace=github.com/gatedsql/gated="$ROOT"
+  cat "$CONF/go.sum" "$ROOT/go.sum" >>go.sum
+  go test -c -vet=off "${RACE[@]}" -o "$TMP/pq.test" .
+)
+
+# The tests that reach the helper, directly or through the test files' own helper functions.
+SUITE_RUN="^($("$TMP/bin/testsusing" "$mod" pqtest.DB pqtest.MustDB | paste -sd '|'))\$"
+
+# Tests that need lib/pq's docker setup (compose.yaml, testdata/postgres/entry.sh): roles pqgossl,
+# pqgosslcert and pqgomd5 with its certificates and pg_hba.conf (TestAuth, TestSSL*), or a database
+# and user named pqgo, which its fake servers insist on (TestConnectMulti, TestStartupParameters;
+# TestConnectMulti also spends minutes in connect timeouts). They fail plain and gated alike on a
+# plain server, so they are left out unless CONFORMANCE_PQ_DOCKER_TESTS=1.
+if [ "${CONFORMANCE_PQ_DOCKER_TESTS:-0}" != 1 ]; then
+  SUITE_SKIP='^(TestAuth|TestConnectMulti|TestStartupParameters|TestSSLClientCertificateIntermediate|TestSSLClientCertificates|TestSSLDefaults|TestSSLMode|TestSSLRootCA|TestSSLSNI|TestSSLVersion)$'
+fi
+
+plain() { :; }
+gated() { export CONFORMANCE_GATED="$GATE_ROOM"; }
+run_tests libpq plain "$mod" plain "$TMP/pq.test"
+run_tests libpq gated "$mod" gated "$TMP/pq.test"
+compare libpq
