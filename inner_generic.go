@@ -78,3 +78,6 @@ func (genericConn) checkBeforeWrite()     {}
 func (genericConn) closeStmts() bool { return true }
 
 func (genericConn) staleStatement(error) bool { return false }
+
+// serverPrepares: an unknown driver prepares as it always does.
+func (genericConn) serverPrepares(string) bool { return true }

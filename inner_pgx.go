@@ -37,11 +37,11 @@ func newPgxInner(dsn string) (driver.Connector, func(driver.Conn, *sockConn) inn
 		}
 		return nil
 	}
-	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), newPgxConn, nil
-}
-
-func newPgxConn(dc driver.Conn, sock *sockConn) innerConn {
-	return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock}
+	prepares := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
+		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
+	}
+	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), wrap, nil
 }
 
 // pgxConn knows a pgx connection exactly: pgconn reports whether it is closed, busy or in a
@@ -50,6 +50,8 @@ type pgxConn struct {
 	dc   driver.Conn
 	pg   *pgconn.PgConn
 	sock *sockConn // nil if pgx dialed without gated (it never does)
+
+	prepares bool // the DSN leaves default_query_exec_mode at cache_statement
 }
 
 func (c *pgxConn) alive() bool { return !c.pg.IsClosed() }
@@ -92,6 +94,11 @@ func (c *pgxConn) rested()           {}
 func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pgxConn) closeStmts() bool { return false }
+
+// serverPrepares: any default_query_exec_mode but cache_statement (pgx's default) runs queries
+// without named statements; exec and simple_protocol also in one round trip, which is what a
+// transaction-pooling PgBouncer needs.
+func (c *pgxConn) serverPrepares(string) bool { return c.prepares }
 
 func sockSent(s *sockConn) int64 {
 	if s == nil {
