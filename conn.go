@@ -211,11 +211,15 @@ func (cn *conn) replace(ctx context.Context) error {
 
 // PrepareContext binds the connection and prepares query on the physical connection, so that
 // errors in the query surface here as with any driver. The returned statement is virtual: it
-// binds again for every use after this binding ends.
+// binds again for every use after this binding ends. When the inner DSN asks for no named
+// statements (physConn.serverPrepares), nothing is prepared and errors surface at first use.
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	share := cn.c.stmts.acquire(query)
-	var numInput int
+	numInput := -1
 	err := cn.run(ctx, true, func(pc *physConn) error {
+		if !pc.inner.serverPrepares(query) {
+			return nil
+		}
 		st, err := pc.stmtFor(ctx, share)
 		if err == nil {
 			numInput = st.NumInput()

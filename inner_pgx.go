@@ -45,11 +45,11 @@ func newPgxInner(dsn, app string, params map[string]string) (driver.Connector, f
 		}
 		return nil
 	}
-	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), newPgxConn, nil
-}
-
-func newPgxConn(dc driver.Conn, sock *sockConn) innerConn {
-	return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock}
+	prepares := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
+		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
+	}
+	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), wrap, nil
 }
 
 // pgxConn knows a pgx connection exactly: pgconn reports whether it is closed, busy or in a
@@ -58,6 +58,8 @@ type pgxConn struct {
 	dc   driver.Conn
 	pg   *pgconn.PgConn
 	sock *sockConn // nil if pgx dialed without gated (it never does)
+
+	prepares bool // the DSN leaves default_query_exec_mode at cache_statement
 }
 
 func (c *pgxConn) alive() bool { return !c.pg.IsClosed() }
@@ -149,6 +151,11 @@ func (c *pgxConn) execSet(ctx context.Context, set string) error {
 	_, err := c.pg.Exec(ctx, set).ReadAll()
 	return err
 }
+
+// serverPrepares: any default_query_exec_mode but cache_statement (pgx's default) runs queries
+// without named statements; exec and simple_protocol also in one round trip, which is what a
+// transaction-pooling PgBouncer needs.
+func (c *pgxConn) serverPrepares(string) bool { return c.prepares }
 
 func sockSent(s *sockConn) int64 {
 	if s == nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -32,10 +33,12 @@ func newPQInner(dsn, app string, params map[string]string) (driver.Connector, fu
 		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
 	}
 	pc.Dialer(pqDialer{})
-	return pc, newPQConn, nil
+	unnamed := cfg.BinaryParameters
+	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
+		return &pqConn{dc: dc, sock: sock, unnamed: unnamed}
+	}
+	return pc, wrap, nil
 }
-
-func newPQConn(dc driver.Conn, sock *sockConn) innerConn { return &pqConn{dc: dc, sock: sock} }
 
 // pqDialer dials as lib/pq's default dialer does, wrapping the sockets of gated's connections.
 type pqDialer struct{ d net.Dialer }
@@ -63,6 +66,8 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 type pqConn struct {
 	dc   driver.Conn
 	sock *sockConn
+
+	unnamed bool // binary_parameters=yes: queries with parameters go in one round trip, unnamed
 }
 
 func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
@@ -117,6 +122,29 @@ func (c *pqConn) rested() {
 func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pqConn) closeStmts() bool { return false }
+
+// serverPrepares: with binary_parameters=yes lib/pq sends a query with parameters as one unnamed
+// Parse, Bind and Execute, which a transaction-pooling PgBouncer keeps on one server connection;
+// that setting is what lib/pq needs there, and gated takes it to mean "no named statements"
+// too. COPY is prepared all the same: lib/pq runs COPY FROM STDIN only as a prepared statement
+// (pq.CopyIn), inside a transaction, where PgBouncer keeps the server connection.
+func (c *pqConn) serverPrepares(query string) bool { return !c.unnamed || startsWithCopy(query) }
+
+// startsWithCopy reports whether query's first word, after white space and comments, is COPY,
+// as lib/pq decides whether Prepare starts a COPY.
+func startsWithCopy(query string) bool {
+	for {
+		query = strings.TrimLeft(query, " \t\r\n")
+		switch {
+		case strings.HasPrefix(query, "--"):
+			_, query, _ = strings.Cut(query, "\n")
+		case strings.HasPrefix(query, "/*"):
+			_, query, _ = strings.Cut(query[2:], "*/")
+		default:
+			return len(query) >= 4 && strings.EqualFold(query[:4], "copy")
+		}
+	}
+}
 
 // staleStatement: lib/pq caches no statements of its own.
 func (c *pqConn) staleStatement(error) bool { return false }

@@ -63,7 +63,9 @@ func secretsOf(dsn string) []string {
 
 // redactedError is an inner driver's error about a DSN, with the DSN's passwords removed from
 // its message. It wraps the driver's error, so errors.As still finds the driver's type (whose own
-// message may quote the password: print the redactedError, not what it wraps).
+// message may quote the password: print the redactedError, not what it wraps — except a
+// *url.Error, which lib/pq returns for a URL it cannot parse and which quotes the whole URL:
+// redactErr wraps a copy of it with the passwords removed).
 type redactedError struct {
 	msg string
 	err error
@@ -74,5 +76,8 @@ func (e *redactedError) Unwrap() error { return e.err }
 
 // redactErr returns err with the passwords in dsn removed from its message.
 func redactErr(err error, dsn string) error {
+	if ue, ok := err.(*url.Error); ok {
+		err = &url.Error{Op: ue.Op, URL: redact(ue.URL, dsn), Err: ue.Err}
+	}
 	return &redactedError{msg: redact(err.Error(), dsn), err: err}
 }

@@ -10,6 +10,14 @@ import (
 // would bypass the gate and could put two goroutines on one physical connection. Each use binds
 // through the virtual connection and runs on the bound physical connection's own prepared copy
 // of the statement (see stmtcache.go).
+//
+// Unless the inner DSN asks for no named statements (pgx's default_query_exec_mode other than
+// cache_statement, lib/pq's binary_parameters=yes): then each use runs the query text as an
+// unprepared query, as the driver runs any other. Behind a transaction-pooling PgBouncer a
+// copy prepared in one transaction is on a server connection the next may not get, and
+// another client's statement of the same name (pgx names them by query text, lib/pq by a
+// counter) may be there instead: the server refuses it (26000, 42P05) or, with lib/pq, runs
+// the wrong statement.
 type stmt struct {
 	cn       *conn
 	share    *stmtShare
@@ -39,8 +47,12 @@ func (s *stmt) NumInput() int { return s.numInput }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
-	err := s.cn.run(ctx, false, func(pc *physConn) error {
+	err := s.cn.run(ctx, false, func(pc *physConn) (err error) {
 		if err := s.cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
+		if !pc.inner.serverPrepares(s.share.query) {
+			res, err = pc.exec(ctx, s.share.query, args)
 			return err
 		}
 		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {
@@ -53,8 +65,12 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
-	err := s.cn.run(ctx, false, func(pc *physConn) error {
+	err := s.cn.run(ctx, false, func(pc *physConn) (err error) {
 		if err := s.cn.limitSession(ctx, pc); err != nil {
+			return err
+		}
+		if !pc.inner.serverPrepares(s.share.query) {
+			rows, err = pc.query(ctx, s.share.query, args)
 			return err
 		}
 		return s.onCopy(ctx, pc, func(st driver.Stmt) (err error) {

@@ -22,7 +22,9 @@ import (
 //   - a copy the server no longer accepts (0A000 "cached plan must not change result type",
 //     26000 "prepared statement does not exist") is evicted, and the statement retried once
 //     when nothing else ran in the binding;
-//   - at most maxCachedStmts copies are kept per connection, the oldest closed first.
+//   - at most maxCachedStmts copies are kept per connection, the oldest closed first;
+//   - none at all when the inner DSN asks for no named statements (innerConn.serverPrepares),
+//     as behind a transaction-pooling PgBouncer: the statement then runs unprepared (stmt.go).
 
 // maxCachedStmts bounds the prepared statements kept per physical connection.
 const maxCachedStmts = 64

@@ -7,19 +7,22 @@
 //     connection and SELECT 1, 2s timeout);
 //  3. a private throwaway cluster ([Cluster]) when the PostgreSQL binaries are installed
 //     (/usr/lib/postgresql/*/bin, highest version first, then PATH); it is stopped and removed
-//     by [Cleanup].
-//
-// Docker (github.com/ory/dockertest) is deliberately not a step: the machines this project runs on
-// have a docker client but no engine and no image registry to pull postgres from, so the step
-// could never succeed here, and it would add a large dependency tree to go.mod.
+//     by [Cleanup];
+//  4. a throwaway container of the image postgres:15 when a Docker engine answers (a laptop
+//     without PostgreSQL), published on a free port of 127.0.0.1; it is removed by [Cleanup].
+//     This step runs the docker command rather than a client library such as
+//     github.com/ory/dockertest/v3, which would put a large tree of modules into the root
+//     module's go.mod and into what a user's go mod tidy downloads. Without a docker command or
+//     an engine (as on this project's machines) it steps aside within seconds.
 //
 // With no server found, URL skips the test with a message naming GATED_TEST_DATABASE_URL, or fails
 // it when GATED_TEST_REQUIRE_DB=1.
 //
-// A private cluster never outlives the process that made it: a watchdog child process holds the
+// A private cluster or container never outlives the process that made it: a watchdog child process holds the
 // read end of a pipe whose write end only this process holds; when this process exits, however it
 // dies, the pipe closes and the watchdog stops the server (pg_ctl stop -m immediate) and removes
-// its directory (/tmp/gated-pgtest-*). Only a watchdog killed itself can leave a directory behind.
+// its directory (/tmp/gated-pgtest-*), or removes the container (docker rm --force). Only a
+// watchdog killed itself can leave a directory or container behind.
 package pgtest
 
 import (
@@ -51,8 +54,12 @@ var (
 	looked    bool
 	cachedURL string
 	cachedErr error
-	shared    *Cluster // the private cluster started by Lookup, if any
+	shared    *Cluster   // the private cluster started by Lookup, if any
+	docked    *container // the container started by Lookup, if any
 )
+
+// clusterStep is discovery step 3 (a variable so that a test can make it fail).
+var clusterStep = func() (*Cluster, error) { return newCluster(nil) }
 
 // errNoServer marks "nothing found" (skip unless required), as opposed to a server that was named
 // in GATED_TEST_DATABASE_URL but does not answer (always a failure).
@@ -88,7 +95,7 @@ func Lookup() (string, error) {
 	return cachedURL, cachedErr
 }
 
-// Cleanup stops and removes a private cluster started by URL or Lookup. Call it from TestMain
+// Cleanup stops and removes a private cluster or container started by URL or Lookup. Call it from TestMain
 // after m.Run; it is safe when none was started. A later URL or Lookup discovers again.
 func Cleanup() {
 	mu.Lock()
@@ -98,6 +105,12 @@ func Cleanup() {
 			fmt.Fprintf(os.Stderr, "pgtest: cleanup: %v\n", err)
 		}
 		shared = nil
+	}
+	if docked != nil {
+		if err := docked.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: cleanup: %v\n", err)
+		}
+		docked = nil
 	}
 	looked, cachedURL, cachedErr = false, "", nil
 }
@@ -123,14 +136,19 @@ func discover() (string, error) {
 	} else {
 		return localURL, nil
 	}
-	c, err := newCluster(nil)
+	c, err := clusterStep()
+	if err == nil {
+		shared = c
+		return c.URL(), nil
+	}
+	tried = append(tried, fmt.Sprintf("private cluster: %v", err))
+	d, err := startContainer()
 	if err != nil {
-		tried = append(tried, fmt.Sprintf("private cluster: %v", err))
-		tried = append(tried, "docker: not supported by pgtest")
+		tried = append(tried, fmt.Sprintf("docker: %v", err))
 		return "", fmt.Errorf("%w (%s not set; tried %s)", errNoServer, EnvURL, strings.Join(tried, "; "))
 	}
-	shared = c
-	return c.URL(), nil
+	docked = d
+	return d.url, nil
 }
 
 // checkLocal checks for a server on 127.0.0.1:5432 that lets postgres in as a superuser.

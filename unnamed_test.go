@@ -1,0 +1,126 @@
+package gated
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lib/pq"
+)
+
+// pgbouncerDSNParams are the inner drivers' settings the README's "Behind PgBouncer" section
+// recommends: pgx runs every query with one unnamed statement (Parse, Bind, Execute, Sync), lib/pq
+// sends a query's parameters with it in one round trip; neither depends on a statement that
+// another server connection prepared, and gated then prepares no named statements either.
+var pgbouncerDSNParams = map[string]string{
+	"pgx":      "default_query_exec_mode=exec",
+	"postgres": "binary_parameters=yes",
+}
+
+// pgbouncerGatedParams are the README's "Behind PgBouncer" DSN parameters for gated: the driver's
+// setting and the gate (P = B = 8, Q = 8).
+var pgbouncerGatedParams = map[string]string{
+	"pgx":      "default_query_exec_mode=exec&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
+	"postgres": "binary_parameters=yes&gate_driver=postgres&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
+}
+
+// preparedOnServer prepares a statement, runs it twice and returns how many statements the
+// session it ran on holds (one physical connection: the DB is opened with oneAtATime).
+func preparedOnServer(t *testing.T, e *pgEnv) int {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.db.PrepareContext(ctx, "SELECT $1::int + 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := range 2 {
+		var got int
+		if err := st.QueryRowContext(ctx, i).Scan(&got); err != nil || got != i+1 {
+			t.Fatalf("prepared statement: got %d, %v; want %d", got, err, i+1)
+		}
+	}
+	var n int
+	if err := e.db.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestNoNamedStatementsWhenTheDriverUsesNone: with the README's PgBouncer settings, a statement the
+// application prepares is not prepared on the server (a transaction-pooling PgBouncer may run the
+// next use on another server connection); with the drivers' defaults it is.
+func TestNoNamedStatementsWhenTheDriverUsesNone(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		t.Run("default", func(t *testing.T) {
+			withPG(t, "", drv, oneAtATime, func(t *testing.T, e *pgEnv) {
+				if n := preparedOnServer(t, e); n == 0 {
+					t.Error("no statement prepared on the server with the driver's defaults")
+				}
+			})
+		})
+		t.Run(pgbouncerDSNParams[drv], func(t *testing.T) {
+			withPG(t, "", drv, oneAtATime+"&"+pgbouncerDSNParams[drv], func(t *testing.T, e *pgEnv) {
+				if n := preparedOnServer(t, e); n != 0 {
+					t.Errorf("%d statements prepared on the server, want none", n)
+				}
+				// Nothing was prepared: an error in the query surfaces at its first use.
+				st, err := e.db.Prepare("SELEC 1")
+				if err != nil {
+					t.Fatalf("Prepare: %v, want the error at first use", err)
+				}
+				defer st.Close()
+				if _, err := st.Exec(); driverSQLState(drv, err) != "42601" {
+					t.Errorf("Exec of a syntax error: %v, want SQLSTATE 42601", err)
+				}
+			})
+		})
+	})
+}
+
+// TestCopyInWithBinaryParameters: lib/pq runs COPY only as a prepared statement, so gated prepares
+// it even when binary_parameters=yes makes it prepare nothing else.
+func TestCopyInWithBinaryParameters(t *testing.T) {
+	withPG(t, "", "postgres", oneAtATime+"&binary_parameters=yes", func(t *testing.T, e *pgEnv) {
+		table := pgTable(t, e.adm, "id int")
+		tx := mustBegin(t, e.db)
+		defer tx.Rollback()
+		st, err := tx.Prepare("/* load */ " + pq.CopyIn(table, "id"))
+		if err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		for i := range 3 {
+			if _, err := st.Exec(i); err != nil {
+				t.Fatalf("row %d: %v", i, err)
+			}
+		}
+		if _, err := st.Exec(); err != nil {
+			t.Fatalf("end: %v", err)
+		}
+		st.Close()
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if n := countRows(t, e.adm, table); n != 3 {
+			t.Errorf("%d rows, want 3", n)
+		}
+	})
+}
+
+func TestStartsWithCopy(t *testing.T) {
+	for q, want := range map[string]bool{
+		"COPY t FROM STDIN":                true,
+		"  copy t (a) from stdin":          true,
+		"-- load\n\tCoPy t FROM STDIN":     true,
+		"/* a */ /* b */COPY t FROM STDIN": true,
+		"SELECT 'COPY'":                    false,
+		"-- COPY t FROM STDIN":             false,
+		"/* COPY t FROM STDIN":             false,
+		"cop":                              false,
+		"copying":                          true, // as lib/pq: the server then rejects it
+		"":                                 false,
+	} {
+		if got := startsWithCopy(q); got != want {
+			t.Errorf("startsWithCopy(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
