@@ -103,7 +103,7 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	if cfg.Name != "" {
 		app = cfg.Name
 	}
-	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, app, newLimits(cfg).startupParams())
+	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != ""})
 	if err != nil {
 		return nil, err
 	}

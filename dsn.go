@@ -74,7 +74,23 @@ type Config struct {
 	// LockTimeout is the server's lock_timeout for gated's operations (gate_lock_timeout,
 	// default zero: "off", the server's own setting). PostgreSQL drivers only.
 	LockTimeout time.Duration
+	// Pooler is gate_pooler: "" (none, the default) or [PoolerTransaction] when the DSN points
+	// at a pooler in transaction mode (PgBouncer's pool_mode=transaction). PostgreSQL drivers
+	// only.
+	Pooler string
 }
+
+// PoolerTransaction is gate_pooler=transaction ([Config.Pooler]): the server is reached through a
+// pooler that gives each transaction, and each statement outside one, whichever server
+// connection is free (PgBouncer in transaction mode). Nothing may then depend on the session
+// outliving a transaction: gated prepares no statement on the server (a db.Prepare'd statement is
+// sent as an unprepared query at each use, except lib/pq's COPY, which only runs prepared, inside
+// a transaction), sets no session value (gate_statement_timeout=deadline applies in transactions
+// only, with SET LOCAL) and sends no startup parameter of its own (a fixed gate_statement_timeout
+// or gate_lock_timeout is an error: set them on the role). The inner driver must use no named
+// statements either: pgx needs default_query_exec_mode=exec or simple_protocol, lib/pq
+// binary_parameters=yes — NewConnector says so when the DSN lacks it.
+const PoolerTransaction = "transaction"
 
 // The values of gate_queue_order ([Config.QueueOrder]).
 const (
@@ -114,12 +130,13 @@ const (
 	keyName            = "gate_name"
 	keyStmtTimeout     = "gate_statement_timeout"
 	keyLockTimeout     = "gate_lock_timeout"
+	keyPooler          = "gate_pooler"
 )
 
 // gateKeys lists the keys in the order FormatDSN writes them.
 var gateKeys = [...]string{
 	keyDriver, keyMaxConns, keyConcurrent, keyQueue, keyQueueWait, keyMaxConnLifetime, keyMaxConnIdleTime,
-	keyQueueOrder, keyWorkloads, keyName, keyStmtTimeout, keyLockTimeout,
+	keyQueueOrder, keyWorkloads, keyName, keyStmtTimeout, keyLockTimeout, keyPooler,
 }
 
 var (
@@ -298,6 +315,15 @@ func (c *Config) set(key, value string) error {
 		c.StatementTimeout, c.StatementDeadline, err = parseStatementTimeout(value)
 	case keyLockTimeout:
 		c.LockTimeout, err = parseTimeout(value)
+	case keyPooler:
+		switch value {
+		case "none":
+			c.Pooler = "" // the default, so that Parse → Format → Parse is stable
+		case PoolerTransaction:
+			c.Pooler = value
+		default:
+			return fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(value), PoolerTransaction)
+		}
 	default:
 		return errUnknownKey
 	}
@@ -391,6 +417,18 @@ func (c *Config) normalize() error {
 		}
 		return &DSNError{Key: key, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(driver))}
 	}
+	switch {
+	case c.Pooler != "" && c.Pooler != PoolerTransaction:
+		return &DSNError{Key: keyPooler, Err: fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(c.Pooler), PoolerTransaction)}
+	case c.Pooler != "" && driver != "pgx" && driver != "postgres":
+		return &DSNError{Key: keyPooler, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(driver))}
+	case c.Pooler != "" && (c.LockTimeout > 0 || c.StatementTimeout > 0):
+		key := keyLockTimeout
+		if c.StatementTimeout > 0 {
+			key = keyStmtTimeout
+		}
+		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
+	}
 	// A gate_ key left in a code-built DSN would reach the inner driver, which forwards unknown
 	// keys to the server as settings and fails on the first connection, far from the mistake.
 	// A DSN the inner driver cannot read is left for that driver to report.
@@ -465,6 +503,9 @@ func (c *Config) FormatDSN() string {
 	}
 	if c.LockTimeout > 0 {
 		params = append(params, gateParam{keyLockTimeout, c.LockTimeout.String()})
+	}
+	if c.Pooler != "" {
+		params = append(params, gateParam{keyPooler, c.Pooler})
 	}
 	if len(params) == 0 {
 		return c.DSN

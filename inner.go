@@ -77,18 +77,29 @@ type innerConn interface {
 	serverPrepares(query string) bool
 }
 
+// innerOptions is what the PostgreSQL drivers' files take from the Config besides the DSN.
+type innerOptions struct {
+	app    string            // application_name when dsn (or the environment) names none; "" none
+	params map[string]string // run-time parameters each connection starts with
+	pooled bool              // gate_pooler=transaction: no named statement on the server
+}
+
 // newInner returns the inner driver's connector for dsn, and the function that makes an
-// innerConn for each of its connections. The PostgreSQL drivers start each connection with the
-// run-time parameters params, and with application_name app when app is not empty and dsn (or
-// the environment) names none.
-func newInner(name, dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+// innerConn for each of its connections.
+func newInner(name, dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	switch name {
 	case "pgx":
-		return newPgxInner(dsn, app, params)
+		return newPgxInner(dsn, o)
 	case "postgres":
-		return newPQInner(dsn, app, params)
+		return newPQInner(dsn, o)
 	}
 	return newGenericInner(name, dsn)
+}
+
+// errPoolerDSN is the error of a DSN whose inner driver would name statements on the server
+// behind a transaction pooler.
+func errPoolerDSN(need string) error {
+	return &DSNError{Key: keyPooler, Err: errors.New("the inner driver would prepare named statements on the server, which a transaction pooler gives to other clients: add " + need + " to the DSN")}
 }
 
 // execSimple runs query, without arguments, on dc.

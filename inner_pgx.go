@@ -23,15 +23,18 @@ import (
 // releases the permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request
 // on a connection that stays in use, is racy: the request can arrive late and cancel the
 // connection's next statement, and pgx pads every cancelled call with 100 ms.
-func newPgxInner(dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+func newPgxInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gated: inner driver \"pgx\": %w", redactErr(err, dsn))
 	}
-	if app != "" && cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = app
+	if o.app != "" && cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = o.app
 	}
-	for k, v := range params {
+	if o.pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+		return nil, nil, errPoolerDSN("default_query_exec_mode=exec (or simple_protocol)")
+	}
+	for k, v := range o.params {
 		cfg.RuntimeParams[k] = v
 	}
 	dial := func(ctx context.Context, cfg *pgx.ConnConfig) error {
@@ -45,7 +48,7 @@ func newPgxInner(dsn, app string, params map[string]string) (driver.Connector, f
 		}
 		return nil
 	}
-	prepares := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	prepares := !o.pooled
 	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
 		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
 	}
@@ -59,7 +62,7 @@ type pgxConn struct {
 	pg   *pgconn.PgConn
 	sock *sockConn // nil if pgx dialed without gated (it never does)
 
-	prepares bool // the DSN leaves default_query_exec_mode at cache_statement
+	prepares bool // not gate_pooler=transaction: db.Prepare prepares on the server, as pgx does
 }
 
 func (c *pgxConn) alive() bool { return !c.pg.IsClosed() }
@@ -152,9 +155,7 @@ func (c *pgxConn) execSet(ctx context.Context, set string) error {
 	return err
 }
 
-// serverPrepares: any default_query_exec_mode but cache_statement (pgx's default) runs queries
-// without named statements; exec and simple_protocol also in one round trip, which is what a
-// transaction-pooling PgBouncer needs.
+// serverPrepares: as pgx's stdlib does, unless behind a transaction pooler (gate_pooler).
 func (c *pgxConn) serverPrepares(string) bool { return c.prepares }
 
 func sockSent(s *sockConn) int64 {

@@ -14,18 +14,21 @@ import (
 // newPQInner returns a lib/pq connector whose sockets gated dials (see sockConn): their Close
 // waits for the server while a statement may still run, and a context that ends interrupts
 // their blocking calls.
-func newPQInner(dsn, app string, params map[string]string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
+func newPQInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
 	}
-	if app != "" && cfg.ApplicationName == "" {
-		cfg.ApplicationName = app
+	if o.app != "" && cfg.ApplicationName == "" {
+		cfg.ApplicationName = o.app
 	}
-	if len(params) > 0 && cfg.Runtime == nil {
+	if o.pooled && !cfg.BinaryParameters {
+		return nil, nil, errPoolerDSN("binary_parameters=yes")
+	}
+	if len(o.params) > 0 && cfg.Runtime == nil {
 		cfg.Runtime = map[string]string{}
 	}
-	for k, v := range params {
+	for k, v := range o.params {
 		cfg.Runtime[k] = v
 	}
 	pc, err := pq.NewConnectorConfig(cfg)
@@ -33,7 +36,7 @@ func newPQInner(dsn, app string, params map[string]string) (driver.Connector, fu
 		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
 	}
 	pc.Dialer(pqDialer{})
-	unnamed := cfg.BinaryParameters
+	unnamed := o.pooled
 	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
 		return &pqConn{dc: dc, sock: sock, unnamed: unnamed}
 	}
@@ -67,7 +70,7 @@ type pqConn struct {
 	dc   driver.Conn
 	sock *sockConn
 
-	unnamed bool // binary_parameters=yes: queries with parameters go in one round trip, unnamed
+	unnamed bool // gate_pooler=transaction (with binary_parameters=yes): no named statements
 }
 
 func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
@@ -123,10 +126,9 @@ func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pqConn) closeStmts() bool { return false }
 
-// serverPrepares: with binary_parameters=yes lib/pq sends a query with parameters as one unnamed
-// Parse, Bind and Execute, which a transaction-pooling PgBouncer keeps on one server connection;
-// that setting is what lib/pq needs there, and gated takes it to mean "no named statements"
-// too. COPY is prepared all the same: lib/pq runs COPY FROM STDIN only as a prepared statement
+// serverPrepares: behind a transaction pooler (gate_pooler, which requires binary_parameters=yes:
+// lib/pq then sends a query with parameters as one unnamed Parse, Bind and Execute, which the
+// pooler keeps on one server connection) nothing is prepared on the server, except COPY: lib/pq runs COPY FROM STDIN only as a prepared statement
 // (pq.CopyIn), inside a transaction, where PgBouncer keeps the server connection.
 func (c *pqConn) serverPrepares(query string) bool { return !c.unnamed || startsWithCopy(query) }
 

@@ -29,10 +29,11 @@ type limits struct {
 	deadline bool  // the statement timeout follows the context's deadline
 	baseMs   int64 // statement_timeout in the startup parameters: fixed, or deadline's cap; 0 none
 	lockMs   int64 // lock_timeout in the startup parameters; 0 none
+	pooled   bool  // gate_pooler=transaction: no session value outside transactions
 }
 
 func newLimits(cfg *Config) limits {
-	return limits{deadline: cfg.StatementDeadline, baseMs: ceilMs(cfg.StatementTimeout), lockMs: ceilMs(cfg.LockTimeout)}
+	return limits{deadline: cfg.StatementDeadline, baseMs: ceilMs(cfg.StatementTimeout), lockMs: ceilMs(cfg.LockTimeout), pooled: cfg.Pooler != ""}
 }
 
 // startupParams returns the run-time parameters every physical connection starts with.
@@ -101,7 +102,9 @@ func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
 // applySession gives pc's session the statement limit for a statement outside a transaction
 // under ctx. It is part of the operation: what it sends counts as sent.
 func (l limits) applySession(ctx context.Context, pc *physConn) error {
-	if !l.deadline {
+	if !l.deadline || l.pooled {
+		// Behind a transaction pooler a session value would stay on whichever server
+		// connection the pooler chose, for other clients: the limit holds in transactions only.
 		return nil
 	}
 	set, want := l.sessionSet(ctx, pc)

@@ -2,6 +2,7 @@ package gated
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/lib/pq"
@@ -10,17 +11,20 @@ import (
 // pgbouncerDSNParams are the inner drivers' settings the README's "Behind PgBouncer" section
 // recommends: pgx runs every query with one unnamed statement (Parse, Bind, Execute, Sync), lib/pq
 // sends a query's parameters with it in one round trip; neither depends on a statement that
-// another server connection prepared, and gated then prepares no named statements either.
+// another server connection prepared. With gate_pooler=transaction gated then prepares no named
+// statements either.
 var pgbouncerDSNParams = map[string]string{
 	"pgx":      "default_query_exec_mode=exec",
 	"postgres": "binary_parameters=yes",
 }
 
+const poolerKey = "gate_pooler=transaction"
+
 // pgbouncerGatedParams are the README's "Behind PgBouncer" DSN parameters for gated: the driver's
 // setting and the gate (P = B = 8, Q = 8).
 var pgbouncerGatedParams = map[string]string{
-	"pgx":      "default_query_exec_mode=exec&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
-	"postgres": "binary_parameters=yes&gate_driver=postgres&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
+	"pgx":      "default_query_exec_mode=exec&gate_pooler=transaction&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
+	"postgres": "binary_parameters=yes&gate_pooler=transaction&gate_driver=postgres&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
 }
 
 // preparedOnServer prepares a statement, runs it twice and returns how many statements the
@@ -48,7 +52,8 @@ func preparedOnServer(t *testing.T, e *pgEnv) int {
 
 // TestNoNamedStatementsWhenTheDriverUsesNone: with the README's PgBouncer settings, a statement the
 // application prepares is not prepared on the server (a transaction-pooling PgBouncer may run the
-// next use on another server connection); with the drivers' defaults it is.
+// next use on another server connection); with the drivers' defaults it is, and with the drivers'
+// settings alone too, as the plain drivers do (pgx's own suite checks it in every exec mode).
 func TestNoNamedStatementsWhenTheDriverUsesNone(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		t.Run("default", func(t *testing.T) {
@@ -60,6 +65,13 @@ func TestNoNamedStatementsWhenTheDriverUsesNone(t *testing.T) {
 		})
 		t.Run(pgbouncerDSNParams[drv], func(t *testing.T) {
 			withPG(t, "", drv, oneAtATime+"&"+pgbouncerDSNParams[drv], func(t *testing.T, e *pgEnv) {
+				if n := preparedOnServer(t, e); n == 0 {
+					t.Error("no statement prepared on the server without gate_pooler")
+				}
+			})
+		})
+		t.Run(pgbouncerDSNParams[drv]+"&"+poolerKey, func(t *testing.T) {
+			withPG(t, "", drv, oneAtATime+"&"+pgbouncerDSNParams[drv]+"&"+poolerKey, func(t *testing.T, e *pgEnv) {
 				if n := preparedOnServer(t, e); n != 0 {
 					t.Errorf("%d statements prepared on the server, want none", n)
 				}
@@ -80,7 +92,7 @@ func TestNoNamedStatementsWhenTheDriverUsesNone(t *testing.T) {
 // TestCopyInWithBinaryParameters: lib/pq runs COPY only as a prepared statement, so gated prepares
 // it even when binary_parameters=yes makes it prepare nothing else.
 func TestCopyInWithBinaryParameters(t *testing.T) {
-	withPG(t, "", "postgres", oneAtATime+"&binary_parameters=yes", func(t *testing.T, e *pgEnv) {
+	withPG(t, "", "postgres", oneAtATime+"&binary_parameters=yes&"+poolerKey, func(t *testing.T, e *pgEnv) {
 		table := pgTable(t, e.adm, "id int")
 		tx := mustBegin(t, e.db)
 		defer tx.Rollback()
@@ -122,5 +134,36 @@ func TestStartsWithCopy(t *testing.T) {
 		if got := startsWithCopy(q); got != want {
 			t.Errorf("startsWithCopy(%q) = %v, want %v", q, got, want)
 		}
+	}
+}
+
+// gate_pooler=transaction refuses what cannot work behind a transaction pooler, naming the key:
+// an inner DSN whose driver would name statements, and limits sent as startup parameters.
+func TestPoolerTransactionRefusesWhatCannotWorkBehindAPooler(t *testing.T) {
+	for _, c := range []struct{ dsn, key string }{
+		{"postgres://h/db?gate_pooler=transaction", keyPooler},
+		{"postgres://h/db?gate_driver=postgres&gate_pooler=transaction", keyPooler},
+		{"postgres://h/db?default_query_exec_mode=exec&gate_pooler=transaction&gate_statement_timeout=2s", keyStmtTimeout},
+		{"postgres://h/db?default_query_exec_mode=exec&gate_pooler=transaction&gate_statement_timeout=deadline:2s", keyStmtTimeout},
+		{"postgres://h/db?default_query_exec_mode=exec&gate_pooler=transaction&gate_lock_timeout=1s", keyLockTimeout},
+		{"postgres://h/db?gate_pooler=session", keyPooler},
+	} {
+		_, err := Open(c.dsn)
+		var de *DSNError
+		if !errors.As(err, &de) || de.Key != c.key {
+			t.Errorf("Open(%q) = %v, want a *DSNError for %s", c.dsn, err, c.key)
+		}
+	}
+	for _, dsn := range []string{
+		"postgres://h/db?default_query_exec_mode=exec&gate_pooler=transaction&gate_statement_timeout=deadline",
+		"postgres://h/db?default_query_exec_mode=simple_protocol&gate_pooler=transaction",
+		"postgres://h/db?binary_parameters=yes&gate_driver=postgres&gate_pooler=transaction",
+	} {
+		db, err := Open(dsn)
+		if err != nil {
+			t.Errorf("Open(%q): %v", dsn, err)
+			continue
+		}
+		db.Close()
 	}
 }
