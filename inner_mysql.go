@@ -24,7 +24,10 @@ import (
 // connection running, at most cleanupWait.
 //
 // The connection id comes from SELECT CONNECTION_ID(), run once on every new connection, before it
-// serves anything: when the id is needed the connection is already closed.
+// serves anything: when the id is needed the connection is already closed. Ids are unique only
+// within one run of one server, so the same query reads @@server_id, and the killing session
+// kills only on the server, and in the run of it, where the connection was opened: after a
+// restart or a failover the id may name another session.
 //
 // The killing session is one connection per Connector beyond P (gate_max_conns), opened on the
 // first cancellation and kept until the Connector closes. It is not taken from P: a reserved slot
@@ -55,8 +58,15 @@ func newMySQLInner(name, dsn string) (driver.Connector, func(driver.Conn, *sockC
 // mysqlConnector makes connections of the inner connector and learns each one's id.
 type mysqlConnector struct {
 	inner  driver.Connector
-	ids    sync.Map // driver.Conn → connection id, from Connect until wrap takes it
+	ids    sync.Map // driver.Conn → mysqlSession, from Connect until wrap takes it
 	killer mysqlKiller
+}
+
+// mysqlSession identifies a connection's session on the server.
+type mysqlSession struct {
+	id       int64     // CONNECTION_ID(); 0 if unknown
+	serverID int64     // @@server_id
+	opened   time.Time // when the session was known to exist
 }
 
 var (
@@ -71,12 +81,12 @@ func (c *mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := queryInt(ctx, dc, "SELECT CONNECTION_ID()")
+	v, err := queryInts(ctx, dc, "SELECT CONNECTION_ID(), @@server_id", 0, 1)
 	if err != nil {
 		dc.Close()
 		return nil, fmt.Errorf("gated: reading the new MySQL connection's id: %w", hideBadConn(err))
 	}
-	c.ids.Store(dc, id)
+	c.ids.Store(dc, mysqlSession{id: v[0], serverID: v[1], opened: time.Now()})
 	return dc, nil
 }
 
@@ -92,39 +102,44 @@ func (c *mysqlConnector) Close() error {
 }
 
 func (c *mysqlConnector) wrap(dc driver.Conn, _ *sockConn) innerConn {
-	id, _ := c.ids.LoadAndDelete(dc)
-	n, _ := id.(int64)
-	return &mysqlConn{genericConn: genericConn{dc}, id: n, killer: &c.killer}
+	v, _ := c.ids.LoadAndDelete(dc)
+	s, _ := v.(mysqlSession)
+	return &mysqlConn{genericConn: genericConn{dc}, session: s, killer: &c.killer}
 }
 
 // mysqlConn is a go-sql-driver/mysql connection: the generic driver's knowledge (Validator,
 // ErrBadConn) plus its connection id and whether a statement may be running on it.
 type mysqlConn struct {
 	genericConn
-	id     int64 // 0 if unknown
-	killer *mysqlKiller
+	session mysqlSession
+	killer  *mysqlKiller
 
-	// ctx is the context of the operation that last used the connection, nil once it went back
-	// idle healthy. The connection is used by one goroutine at a time, and handed to the one
-	// that destroys it through the pool's synchronization.
-	ctx context.Context
+	// The connection is used by one goroutine at a time, and handed to the one that destroys it
+	// through the pool's synchronization.
+	ctx      context.Context // of the operation that last used the connection; nil after unbind
+	canceled bool            // at unbind, ctx had ended and the driver had closed the connection
 }
 
 func (c *mysqlConn) watch(ctx context.Context) { c.ctx = ctx }
-func (c *mysqlConn) rested()                   { c.ctx = nil }
 
-// close closes the connection and, when an operation's context ended while the driver was in
-// a call on it (the driver then closes its socket and the server may still run the statement),
-// stops the statement on the server and waits until it no longer runs.
-//
-// Only an ended context leads to a kill. A connection that failed for another reason (the
-// server restarted, say) is not killed: its id may by then name another session.
-func (c *mysqlConn) close() {
-	stop := c.ctx != nil && c.ctx.Err() != nil && !c.alive() && c.id != 0
+// unwatch, called when the binding ends, notes whether the operation's context ended and the
+// driver closed the connection: go-sql-driver/mysql does that when a context ends during a call,
+// and the server may then still run the statement. It is noted here, in the caller's goroutine,
+// because the caller may cancel its context for its own reasons right after.
+func (c *mysqlConn) unwatch() bool {
+	c.canceled = c.ctx != nil && c.ctx.Err() != nil && !c.alive()
 	c.ctx = nil
+	return true
+}
+
+// close closes the connection and, when the binding ended with its context ended and the
+// connection closed by the driver, stops the statement on the server and waits until it no
+// longer runs. Nothing else leads to a kill: a connection that failed for another reason (a
+// restart, say) may have an id that by now names another session.
+func (c *mysqlConn) close() {
 	c.dc.Close()
-	if stop {
-		c.killer.stop(c.id)
+	if c.canceled && c.session.id != 0 {
+		c.killer.stop(c.session)
 	}
 }
 
@@ -132,30 +147,44 @@ func (c *mysqlConn) close() {
 type mysqlKiller struct {
 	connector driver.Connector
 
-	mu     sync.Mutex
-	dc     driver.Conn // guarded by mu; nil until first needed and after it failed
-	closed bool        // guarded by mu
+	mu       sync.Mutex
+	dc       driver.Conn // nil until first needed and after it failed
+	serverID int64       // the session's @@server_id
+	started  time.Time   // when the session's server started, to the second
+	closed   bool
 }
 
-// stop sends KILL QUERY id and waits until the process list no longer shows connection id
+// errOtherServer reports a session opened on another server, or in an earlier run of this one.
+var errOtherServer = errors.New("gated: the connection was opened on another MySQL server or before a restart; not killed")
+
+// stop sends KILL QUERY for session s and waits until the process list no longer shows it
 // running a command, at most cleanupWait. It gives up early, leaving the statement to the server,
-// when the killing session cannot be used.
-func (k *mysqlKiller) stop(id int64) {
+// when the killing session cannot be used or is not on s's server and run.
+func (k *mysqlKiller) stop(s mysqlSession) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupWait)
 	defer cancel()
-	// An unknown thread id (the statement and its session already ended) is an error too; the
-	// process list tells either way.
-	k.do(ctx, func(dc driver.Conn) error {
-		return execOn(ctx, dc, "KILL QUERY "+strconv.FormatInt(id, 10))
+	id := strconv.FormatInt(s.id, 10)
+	err := k.do(ctx, func(dc driver.Conn) error {
+		// started is exact to a second, and truncated: a later start is a restart.
+		if k.serverID != s.serverID || k.started.After(s.opened.Add(time.Second)) {
+			return errOtherServer
+		}
+		// An unknown thread id (the statement and its session already ended) is an error too;
+		// the process list tells either way.
+		execOn(ctx, dc, "KILL QUERY "+id)
+		return nil
 	})
-	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + strconv.FormatInt(id, 10) + " AND COMMAND <> 'Sleep'"
+	if err != nil {
+		return
+	}
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + id + " AND COMMAND <> 'Sleep'"
 	for pause := time.Millisecond; ; pause = min(2*pause, killWaitStep) {
-		var running int64
+		var running []int64
 		err := k.do(ctx, func(dc driver.Conn) (err error) {
-			running, err = queryInt(ctx, dc, q)
+			running, err = queryInts(ctx, dc, q, 0)
 			return err
 		})
-		if err != nil || running == 0 {
+		if err != nil || running[0] == 0 {
 			return
 		}
 		t := time.NewTimer(pause)
@@ -169,7 +198,8 @@ func (k *mysqlKiller) stop(id int64) {
 }
 
 // do runs f on the killing session, opening it when needed and once more when the open one has
-// failed (the server closed it while it was idle, say).
+// failed (the server closed it while it was idle, say). A session is opened with the server's id
+// and start; the check before reuse finds one that a restart closed.
 func (k *mysqlKiller) do(ctx context.Context, f func(driver.Conn) error) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -179,11 +209,10 @@ func (k *mysqlKiller) do(ctx context.Context, f func(driver.Conn) error) error {
 		}
 		fresh := false
 		if k.dc == nil {
-			dc, err := k.connector.Connect(ctx)
-			if err != nil {
+			if err := k.openLocked(ctx); err != nil {
 				return err
 			}
-			k.dc, fresh = dc, true
+			fresh = true
 		} else if r, ok := k.dc.(driver.SessionResetter); ok && r.ResetSession(ctx) != nil {
 			// ResetSession peeks at the socket: the server hung up while the session was idle.
 			k.dropLocked()
@@ -201,6 +230,27 @@ func (k *mysqlKiller) do(ctx context.Context, f func(driver.Conn) error) error {
 		}
 		return err
 	}
+}
+
+func (k *mysqlKiller) openLocked(ctx context.Context) error {
+	dc, err := k.connector.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := queryInts(ctx, dc, "SELECT @@server_id", 0)
+	if err == nil {
+		var up []int64
+		// SHOW, not a table: MariaDB has information_schema.GLOBAL_STATUS, MySQL 8 does not.
+		if up, err = queryInts(ctx, dc, "SHOW GLOBAL STATUS LIKE 'Uptime'", 1); err == nil {
+			k.serverID, k.started = v[0], time.Now().Add(-time.Duration(up[0])*time.Second)
+		}
+	}
+	if err != nil {
+		dc.Close()
+		return err
+	}
+	k.dc = dc
+	return nil
 }
 
 func (k *mysqlKiller) dropLocked() {
@@ -224,32 +274,42 @@ func execOn(ctx context.Context, dc driver.Conn, query string) error {
 	return err
 }
 
-// queryInt runs a query without arguments on dc and returns the integer in its first column of
-// its first row.
-func queryInt(ctx context.Context, dc driver.Conn, query string) (int64, error) {
+// queryInts runs a query without arguments on dc and returns the integers in the given columns
+// of its first row.
+func queryInts(ctx context.Context, dc driver.Conn, query string, cols ...int) ([]int64, error) {
 	pc := &physConn{conn: dc}
 	rows, err := pc.query(ctx, query, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer rows.Close()
 	dest := make([]driver.Value, len(rows.Columns()))
-	if len(dest) == 0 {
-		return 0, errors.New("gated: " + query + ": no column")
-	}
 	if err := rows.Next(dest); err != nil {
 		if err == io.EOF {
 			err = errors.New("gated: " + query + ": no row")
 		}
-		return 0, err
+		return nil, err
 	}
-	switch v := dest[0].(type) {
-	case int64:
-		return v, nil
-	case []byte:
-		return strconv.ParseInt(string(v), 10, 64)
-	case string:
-		return strconv.ParseInt(v, 10, 64)
+	out := make([]int64, len(cols))
+	for i, col := range cols {
+		if col >= len(dest) {
+			return nil, fmt.Errorf("gated: %s: no column %d", query, col)
+		}
+		switch v := dest[col].(type) {
+		case int64:
+			out[i] = v
+		case uint64:
+			out[i] = int64(v)
+		case []byte:
+			out[i], err = strconv.ParseInt(string(v), 10, 64)
+		case string:
+			out[i], err = strconv.ParseInt(v, 10, 64)
+		default:
+			err = fmt.Errorf("gated: %s: unexpected %T", query, dest[col])
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return 0, fmt.Errorf("gated: %s: unexpected %T", query, dest[0])
+	return out, nil
 }
