@@ -56,7 +56,8 @@
 //   - "mysql" (go-sql-driver/mysql, which the application imports; gated does not): the driver
 //     only closes its socket when a context ends, and MySQL and MariaDB go on running the
 //     statement, so gated sends KILL QUERY with the connection's id (read with SELECT
-//     CONNECTION_ID() when the connection opens) over a session of its own, and keeps the permit
+//     CONNECTION_ID() when the connection opens, and used only on the same server and run of it)
+//     over a session of its own, and keeps the permit
 //     until information_schema.PROCESSLIST no longer shows the statement (at most 15 s). That
 //     session is one connection per Connector beyond P, opened on the first cancellation: count
 //     P+1 against max_connections. It is not taken from P, which would lower the largest B to P-1
