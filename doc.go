@@ -1,5 +1,6 @@
 // Package gated is a database/sql driver that puts admission control in front of the connection
-// pool of another driver (pgx v5 by default, lib/pq, or any registered driver).
+// pool of another driver (pgx v5 by default, lib/pq, go-sql-driver/mysql, or any registered
+// driver; see Drivers below for what each one guarantees).
 //
 // A connection pool limits connections, but not how many callers wait for one, and it never says
 // "no" early: under overload goroutines pile up in front of it and deadlines expire after the work
@@ -42,6 +43,32 @@
 // permit is released only once the driver's cleanup (including a server-side cancel) has ended.
 // Because the B of every gate add up to at most P, nobody ever waits for a physical connection:
 // the gate's queue is the only queue.
+//
+// # Drivers
+//
+// gate_driver names the inner driver. What gated can promise depends on it:
+//
+//   - "pgx" (pgx v5, the default) and "postgres" (lib/pq), which gated imports: when a context
+//     ends while a statement runs, the driver's cancel request goes to the server and the permit
+//     comes back only once the backend has hung up (at most 15 s). gated dials their sockets and
+//     replays only operations of which no byte was written; a connection the server closed while
+//     it was idle is found by a peek at its socket before the first write, and replaced.
+//   - "mysql" (go-sql-driver/mysql, which the application imports; gated does not): the driver
+//     only closes its socket when a context ends, and MySQL and MariaDB go on running the
+//     statement, so gated sends KILL QUERY with the connection's id (read with SELECT
+//     CONNECTION_ID() when the connection opens, and used only on the same server and run of it)
+//     over a session of its own, and keeps the permit
+//     until information_schema.PROCESSLIST no longer shows the statement (at most 15 s). That
+//     session is one connection per Connector beyond P, opened on the first cancellation: count
+//     P+1 against max_connections. It is not taken from P, which would lower the largest B to P-1
+//     and forbid P=1 for the sake of a rarely needed session. driver.ErrBadConn is trusted (the
+//     driver returns it only before writing), and a connection killed while idle is found by the
+//     driver's own check in ResetSession (checkConnLiveness, on by default) and replaced. Only an
+//     ended context leads to a kill: the driver's readTimeout and writeTimeout do not.
+//   - Any other registered driver: the permit comes back when the driver returns; work the server
+//     goes on with after a cancel is not awaited. driver.ErrBadConn is trusted as database/sql
+//     trusts it, and a connection killed while idle is replaced only when the driver's
+//     ResetSession or IsValid reports it.
 //
 // # Configuration
 //

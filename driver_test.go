@@ -49,6 +49,16 @@ func TestSQLOpenRejectsUnregisteredInnerDriver(t *testing.T) {
 	}
 }
 
+// gate_driver=mysql needs the application's import of go-sql-driver/mysql, which gated does not
+// make (the root module's tests do not either).
+func TestSQLOpenRejectsMySQLWithoutTheDriverImport(t *testing.T) {
+	_, err := Open("root@tcp(127.0.0.1:3306)/test?gate_driver=mysql")
+	var de *DSNError
+	if !errors.As(err, &de) || de.Key != "gate_driver" || !strings.Contains(err.Error(), "forgotten import") {
+		t.Fatalf("got %v, want a DSNError for gate_driver naming the forgotten import", err)
+	}
+}
+
 func TestOpenSetsDatabaseSQLPoolForTheGate(t *testing.T) {
 	db, err := Open("gate_driver=pgx gate_max_conns=4 gate_concurrent=3 gate_queue=5")
 	if err != nil {

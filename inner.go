@@ -9,8 +9,9 @@ import (
 )
 
 // The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
-// with one file per driver: inner_pgx.go (pgx v5), inner_pq.go (lib/pq) and inner_generic.go (any
-// other registered driver, with only what database/sql itself promises). The rest of the package
+// with one file per driver: inner_pgx.go (pgx v5), inner_pq.go (lib/pq), inner_mysql.go
+// (go-sql-driver/mysql, registered by the application's import) and inner_generic.go (any other
+// registered driver, with only what database/sql itself promises). The rest of the package
 // asks these questions and never looks at a driver's types.
 
 // An innerConn is gated's knowledge of one physical connection of the inner driver.
@@ -92,6 +93,8 @@ func newInner(name, dsn string, o innerOptions) (driver.Connector, func(driver.C
 		return newPgxInner(dsn, o)
 	case "postgres":
 		return newPQInner(dsn, o)
+	case "mysql":
+		return newMySQLInner(name, dsn)
 	}
 	return newGenericInner(name, dsn)
 }

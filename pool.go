@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,6 +208,9 @@ func (p *pool) close() {
 	}
 	p.destroyAll(idle)
 	p.bg.Wait()
+	if cl, ok := p.connector.(io.Closer); ok {
+		cl.Close() // as database/sql closes its connector (gated's MySQL connector keeps a session)
+	}
 }
 
 // destroyAll destroys conns in parallel, each counted in p.bg by the caller: closing one can

@@ -17,6 +17,10 @@
 // pair, plus reserve_pool_size). Check those numbers instead: pass the pooler's server
 // connections as other, or as instances × P.
 //
+// The check reads a PostgreSQL server. For MySQL and MariaDB (gate_driver=mysql) the same formula
+// holds against max_connections with P+1 per gated *sql.DB: gated opens one session of its own
+// beyond P to stop canceled statements (KILL QUERY).
+//
 // The command cmd/gatedbudget prints the same [Report] for CI; a service can call [Check] at
 // start-up:
 //

@@ -13,6 +13,12 @@
 // in-memory SQLite database through the same gated driver, so that it runs anywhere Go does:
 //
 //	go run ./examples/demo
+//
+// With SQLite the demo shows the gate, not gated's strongest guarantee. gated knows pgx, lib/pq
+// and go-sql-driver/mysql well enough to keep a permit until the database has stopped working
+// after a cancel; SQLite, like any other registered driver, gets the weaker one: the permit comes
+// back when the driver returns, work the database goes on with after a cancel is not awaited,
+// and driver.ErrBadConn is trusted as database/sql trusts it.
 package main
 
 import (

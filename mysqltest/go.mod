@@ -1,0 +1,22 @@
+module github.com/gatedsql/gated/mysqltest
+
+go 1.26.0
+
+require (
+	github.com/gatedsql/gated v0.0.0-00010101000000-000000000000
+	github.com/go-sql-driver/mysql v1.10.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/lib/pq v1.12.3 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace github.com/gatedsql/gated => ../
