@@ -137,6 +137,7 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 		pc.inner.watch(ctx)
 		pc.sweep(cn.c.stmts)
 		before := pc.inner.sent()
+		wasFresh := cn.fresh
 		start := cn.c.obs.now()
 		err := op(pc)
 		cn.c.obs.statement(cn.g, start, ctx, err)
@@ -150,13 +151,13 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 			if !keepsFresh {
 				cn.fresh = false
 			}
-			return opError(ctx, err)
+			return opError(ctx, err, wasFresh)
 		}
 		pc.broken = true
 		if !cn.fresh {
 			// Session state (a transaction, a pinned connection's settings) died with pc:
 			// the caller must see the failure.
-			return opError(ctx, err)
+			return opError(ctx, err, false)
 		}
 		if !pc.used {
 			if newTries++; newTries == maxPhysicalTries {
@@ -169,11 +170,16 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 	}
 }
 
-// opError is the error run returns for err: never driver.ErrBadConn (database/sql would run the
-// operation again), and wrapping the context's error when the context has ended, which a driver
-// may report only as a bad connection (lib/pq does).
-func opError(ctx context.Context, err error) error {
-	err = hideBadConn(err)
+// opError is the error run returns for err. On a binding that was fresh when the operation began,
+// it never wraps driver.ErrBadConn: database/sql would run the operation again, on another
+// connection, and it may have reached the server. Inside a transaction or on a pinned *sql.Conn
+// database/sql retries nothing, and the driver's driver.ErrBadConn is returned as it is, as with
+// the plain driver. When the context has ended, which a driver may report only as a bad
+// connection (lib/pq does), the error wraps the context's error too.
+func opError(ctx context.Context, err error, mayBeRetried bool) error {
+	if mayBeRetried {
+		err = hideBadConn(err)
+	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w (%w)", err, cerr)
 	}

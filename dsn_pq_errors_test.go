@@ -10,9 +10,10 @@ import (
 	"testing"
 )
 
-// TestLibPQDSNErrorKeepsItsType: a DSN that lib/pq cannot parse fails at sql.Open (and gated.Open)
-// with an error that still wraps lib/pq's own (errors.As finds its type), while no message —
-// gated's, or that of the wrapped error a caller may print — contains the password.
+// TestLibPQDSNErrorKeepsItsType: a DSN that lib/pq cannot parse fails the first connection, as
+// with lib/pq itself (sql.Open and gated.Open succeed), with an error that still wraps lib/pq's
+// own (errors.As finds its type), while no message — gated's, or that of the wrapped error a
+// caller may print — contains the password.
 func TestLibPQDSNErrorKeepsItsType(t *testing.T) {
 	cases := []struct {
 		name, dsn string
@@ -30,9 +31,13 @@ func TestLibPQDSNErrorKeepsItsType(t *testing.T) {
 				"gated.Open": Open,
 			} {
 				db, err := open(tc.dsn)
+				if err != nil {
+					t.Fatalf("%s: %v; lib/pq reports a DSN it cannot read when it connects", name, err)
+				}
+				err = db.Ping()
+				db.Close()
 				if err == nil {
-					db.Close()
-					t.Fatalf("%s(%q) succeeded", name, tc.dsn)
+					t.Fatalf("%s(%q): Ping succeeded", name, tc.dsn)
 				}
 				found, ok := tc.as(err)
 				if !ok {

@@ -14,10 +14,14 @@ import (
 // newPQInner returns a lib/pq connector whose sockets gated dials (see sockConn): their Close
 // waits for the server while a statement may still run, and a context that ends interrupts
 // their blocking calls.
+//
+// A DSN lib/pq cannot read fails the first connection, not sql.Open, as with lib/pq itself
+// (whose driver reads the DSN only when it connects): the error wraps lib/pq's, whose type
+// errors.As still finds, with the password removed from its message.
 func newPQInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
 	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
+		return failedConnector{fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))}, newPQWrap(false), nil
 	}
 	if o.app != "" && cfg.ApplicationName == "" {
 		cfg.ApplicationName = o.app
@@ -36,12 +40,21 @@ func newPQInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn,
 		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
 	}
 	pc.Dialer(pqDialer{})
-	unnamed := o.pooled
-	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
+	return pc, newPQWrap(o.pooled), nil
+}
+
+func newPQWrap(unnamed bool) func(driver.Conn, *sockConn) innerConn {
+	return func(dc driver.Conn, sock *sockConn) innerConn {
 		return &pqConn{dc: dc, sock: sock, unnamed: unnamed}
 	}
-	return pc, wrap, nil
 }
+
+// failedConnector is the connector of a DSN the driver could not read: every connection fails
+// with the driver's error.
+type failedConnector struct{ err error }
+
+func (c failedConnector) Connect(context.Context) (driver.Conn, error) { return nil, c.err }
+func (c failedConnector) Driver() driver.Driver                        { return &pq.Driver{} }
 
 // pqDialer dials as lib/pq's default dialer does, wrapping the sockets of gated's connections.
 type pqDialer struct{ d net.Dialer }

@@ -102,14 +102,23 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 }
 
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
-	var sock *sockConn
+	slot := new(atomic.Pointer[sockConn])
 	start := p.obs.now()
-	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, &sock))
-	if sock != nil && !sock.unwatch() && err == nil {
+	// lib/pq does not bound setting a connection up by the context (without connect_timeout a
+	// server that accepts and never answers would hold the caller for ever): the context ending
+	// cuts the socket's calls short. pgx bounds it itself.
+	stop := context.AfterFunc(ctx, func() {
+		if s := slot.Load(); s != nil && s.cutOnConnect {
+			s.expire(ctx)
+		}
+	})
+	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
+	if !stop() && err == nil {
 		// The context ended as the connection was made: its socket's deadline may have passed.
 		dc.Close()
 		err = ctx.Err()
 	}
+	sock := slot.Load()
 	p.obs.dialed(start, ctx, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -37,6 +37,7 @@ type sockConn struct {
 
 	// lib/pq only.
 	drainOnClose bool
+	cutOnConnect bool // pool.dial's context bounds the connection's set-up
 	busy         atomic.Bool // an operation used the connection since it was last idle
 	stop         func() bool // ends the current watch; nil when none
 	mu           sync.Mutex
@@ -131,11 +132,22 @@ func (s *sockConn) watch(ctx context.Context, grace time.Duration) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.watchGen == gen {
-			err := context.Cause(ctx)
-			s.expiredBy.Store(&err)
-			s.Conn.SetDeadline(time.Now())
+			s.expireLocked(ctx)
 		}
 	})
+}
+
+// expire makes the socket's blocking calls fail now, their errors wrapping ctx's.
+func (s *sockConn) expire(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked(ctx)
+}
+
+func (s *sockConn) expireLocked(ctx context.Context) {
+	err := context.Cause(ctx)
+	s.expiredBy.Store(&err)
+	s.Conn.SetDeadline(time.Now())
 }
 
 func (s *sockConn) Read(b []byte) (int, error) {
@@ -164,7 +176,7 @@ func (s *sockConn) explain(err error) error {
 type cutShortError struct{ ctx, err error }
 
 func (e *cutShortError) Error() string {
-	return fmt.Sprintf("gated: the context ended (%v) and the server had not answered lib/pq's cancel request %v later", e.ctx, cancelGrace)
+	return fmt.Sprintf("gated: the call was cut short: the context ended (%v) and the server did not answer in time", e.ctx)
 }
 
 func (e *cutShortError) Unwrap() []error { return []error{e.ctx, e.err} }
@@ -195,18 +207,15 @@ func (s *sockConn) endWatch() {
 type netConnSlot struct{}
 
 // wrapDialed wraps a socket dialed for a connection that pool.dial asked for through ctx.
-// watchConnect makes the context bound the connection's set-up too (lib/pq does not bound it by
-// the context: without connect_timeout a server that accepts and never answers would hold the
-// caller for ever); pool.dial ends that watch.
-func wrapDialed(ctx context.Context, c net.Conn, drainOnClose, watchConnect bool) net.Conn {
-	slot, ok := ctx.Value(netConnSlot{}).(**sockConn)
+// cutOnConnect makes the socket's calls fail once pool.dial's context ends while the connection
+// is being set up (see pool.dial).
+func wrapDialed(ctx context.Context, c net.Conn, drainOnClose, cutOnConnect bool) net.Conn {
+	slot, ok := ctx.Value(netConnSlot{}).(*atomic.Pointer[sockConn])
 	if !ok {
 		return c
 	}
 	s := newSockConn(c, drainOnClose)
-	if watchConnect {
-		s.watch(ctx, 0)
-	}
-	*slot = s // a failover dials again: the last socket is the connection's
+	s.cutOnConnect = cutOnConnect
+	slot.Store(s) // a failover dials again: the last socket is the connection's
 	return s
 }

@@ -17,19 +17,22 @@ var _ driver.Tx = (*tx)(nil)
 
 // Commit commits the physical transaction. When the COMMIT may have reached the server and no
 // answer came back (see innerConn.commitUnknown), the error wraps [ErrCommitUnknown]: the
-// transaction may or may not have been committed. Its error never wraps driver.ErrBadConn.
+// transaction may or may not have been committed. Its error never wraps driver.ErrBadConn: a
+// caller must not take a failed COMMIT for one that never reached the server. Statements of
+// application statements closed in the transaction are closed first (a lib/pq COPY ends there).
 func (t *tx) Commit() error {
 	pc := t.cn.pc
 	if pc == nil {
 		return t.end(t.inner.Commit())
 	}
+	pc.sweep(t.cn.c.stmts)
 	pc.inner.checkBeforeWrite()
 	before := pc.inner.sent()
 	start := t.cn.c.obs.now()
 	err := t.inner.Commit()
 	t.cn.c.obs.statement(t.cn.g, start, nil, err)
 	unknown := err != nil && pc.inner.commitUnknown(err, before)
-	err = t.end(err)
+	err = hideBadConn(t.end(err))
 	if unknown {
 		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 		t.cn.c.obs.commitUnknown(t.cn.g, err)
@@ -38,8 +41,12 @@ func (t *tx) Commit() error {
 	return err
 }
 
-// Rollback rolls the physical transaction back.
+// Rollback rolls the physical transaction back. Its error may be driver.ErrBadConn, as the
+// driver's: database/sql does not retry a rollback.
 func (t *tx) Rollback() error {
+	if pc := t.cn.pc; pc != nil {
+		pc.sweep(t.cn.c.stmts)
+	}
 	start := t.cn.c.obs.now()
 	err := t.end(t.inner.Rollback())
 	t.cn.c.obs.statement(t.cn.g, start, nil, err)
@@ -51,5 +58,5 @@ func (t *tx) end(err error) error {
 	if err != nil && t.cn.pc != nil && !t.cn.pc.inner.endFailedTx() {
 		t.cn.pc.broken = true
 	}
-	return hideBadConn(err)
+	return err
 }
