@@ -70,9 +70,8 @@ type innerConn interface {
 	// freed when the connection is destroyed.
 	closeStmts() bool
 	// serverPrepares reports whether a statement the application prepares for query is prepared
-	// on the server connection (and cached, see stmtcache.go). It is false when the inner DSN
-	// told the driver never to depend on a named statement — the setting that makes a driver
-	// work behind a transaction-pooling PgBouncer, where the next transaction may run on a
+	// on the server connection (and cached, see stmtcache.go). It is false behind a
+	// transaction pooler (gate_pooler=transaction), where the next transaction may run on a
 	// server connection that never saw the statement, or that has another statement of the same
 	// name (see stmt.go).
 	serverPrepares(query string) bool
