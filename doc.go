@@ -129,8 +129,9 @@
 // is usually the right signal. (*sql.Conn).Raw hands out the virtual connection; [Unwrap] reaches
 // the inner driver's connection.
 //
-// Behind a transaction-pooling PgBouncer, ask the inner driver for no named statements (pgx:
-// default_query_exec_mode=exec; lib/pq: binary_parameters=yes): gated then prepares no statement
-// on the server either, and a prepared *sql.Stmt runs as an unprepared query at each use, its
-// errors surfacing at first use rather than at Prepare (lib/pq's COPY is still prepared).
+// Behind a transaction-pooling PgBouncer, set gate_pooler=transaction and ask the inner driver for
+// no named statements (pgx: default_query_exec_mode=exec; lib/pq: binary_parameters=yes): gated
+// then prepares no statement on the server either, and a prepared *sql.Stmt runs as an unprepared
+// query at each use, its errors surfacing at first use rather than at Prepare (lib/pq's COPY is
+// still prepared); see [PoolerTransaction].
 package gated

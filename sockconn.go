@@ -37,7 +37,7 @@ type sockConn struct {
 
 	// lib/pq only.
 	drainOnClose bool
-	cutOnConnect bool // pool.dial's context bounds the connection's set-up
+	cutOnConnect bool        // pool.dial's context bounds the connection's set-up
 	busy         atomic.Bool // an operation used the connection since it was last idle
 	stop         func() bool // ends the current watch; nil when none
 	mu           sync.Mutex
