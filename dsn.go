@@ -201,6 +201,8 @@ func (c *Config) Clone() *Config {
 //     context's remaining time) or "deadline:<dur>" (the smaller of the two; dur without a
 //     deadline). See [Config.StatementTimeout].
 //   - gate_lock_timeout: "off" (default, also 0) or a Go duration > 0.
+//   - gate_pooler: "none" (default) or "transaction" ([PoolerTransaction]): the DSN points at a
+//     pooler in transaction mode.
 //
 // Two forms of dsn are understood:
 //

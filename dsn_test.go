@@ -522,3 +522,17 @@ func TestParseDSNRefusesGateKeysNotInLowerCase(t *testing.T) {
 		}
 	}
 }
+
+func TestParseDSNReadsGatePoolerAndFormatsItBack(t *testing.T) {
+	cfg, err := ParseDSN("postgres://h/db?default_query_exec_mode=exec&gate_pooler=transaction")
+	if err != nil || cfg.Pooler != PoolerTransaction {
+		t.Fatalf("ParseDSN: %+v, %v; want Pooler %q", cfg, err, PoolerTransaction)
+	}
+	again, err := ParseDSN(cfg.FormatDSN())
+	if err != nil || !reflect.DeepEqual(again, cfg) {
+		t.Errorf("ParseDSN(FormatDSN()) = %+v, %v; want %+v", again, err, cfg)
+	}
+	if cfg, err := ParseDSN("postgres://h/db?gate_pooler=none"); err != nil || cfg.Pooler != "" {
+		t.Errorf("gate_pooler=none: %+v, %v", cfg, err)
+	}
+}
