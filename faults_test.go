@@ -55,6 +55,19 @@ func within(t *testing.T, what string, limit time.Duration, done <-chan struct{}
 	}
 }
 
+// awaitCleanup waits until the cleanups of broken connections have given their permits back; they
+// may take as long as the driver's bounded cleanup (cleanupWait).
+func awaitCleanup(t *testing.T, c *Connector) {
+	t.Helper()
+	deadline := time.Now().Add(cleanupWait + 5*time.Second)
+	for c.Stats().Running != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cleanup never gave the permit back: %+v", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func countRows(t *testing.T, adm *sql.DB, table string) int {
 	t.Helper()
 	var n int
@@ -394,13 +407,7 @@ func TestPermitFollowsTheCleanupOfAConnectionThatFailsItsReuseCheck(t *testing.T
 			t.Errorf("next operation: %v, want ErrAdmissionTimeout after waiting in the gate", err)
 		}
 		p.Blackhole(false)
-		deadline := time.Now().Add(cleanupWait + 5*time.Second)
-		for e.c.Stats().Running != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the cleanup never gave the permit back: %+v", e.c.Stats())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		awaitCleanup(t, e.c)
 	})
 }
 
@@ -430,13 +437,7 @@ func TestLibPQOperationReturnsAtItsDeadlineDuringAPartition(t *testing.T) {
 			t.Errorf("Running = %d while the connection's cleanup waits for the partition, want 1", s.Running)
 		}
 		p.Blackhole(false)
-		deadline := time.Now().Add(cleanupWait + 5*time.Second)
-		for e.c.Stats().Running != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("the cleanup never gave the permit back: %+v", e.c.Stats())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		awaitCleanup(t, e.c)
 	})
 }
 

@@ -323,22 +323,30 @@ rm -rf "$base"
 `
 
 func (c *Cluster) startWatchdog() error {
+	args := append([]string{"-c", watchdogScript, "gated-pgtest-watchdog", c.base}, c.runAs...)
+	var err error
+	c.watch, c.watchW, err = startWatchdog(append(args, c.pgctl)...)
+	return err
+}
+
+// startWatchdog starts /bin/sh with args, its standard input the read end of a pipe whose write
+// end, returned, only this process holds: the script's read returns when this process closes
+// it or exits, however it dies.
+func startWatchdog(args ...string) (*exec.Cmd, *os.File, error) {
 	r, w, err := os.Pipe() // close-on-exec: no other child inherits w
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
 	}
-	args := append([]string{"-c", watchdogScript, "gated-pgtest-watchdog", c.base}, c.runAs...)
-	cmd := exec.Command("/bin/sh", append(args, c.pgctl)...)
+	cmd := exec.Command("/bin/sh", args...)
 	cmd.Stdin = r // stdout and stderr are /dev/null: it must not hold a test's output open
 	cmd.Dir = "/"
 	err = cmd.Start()
 	r.Close()
 	if err != nil {
 		w.Close()
-		return fmt.Errorf("pgtest: starting watchdog: %w", err)
+		return nil, nil, fmt.Errorf("pgtest: starting watchdog: %w", err)
 	}
-	c.watch, c.watchW = cmd, w
-	return nil
+	return cmd, w, nil
 }
 
 // close stops the server, lets the watchdog remove the directory and waits for it.

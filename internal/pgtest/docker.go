@@ -105,21 +105,9 @@ docker rm --force "$1" >/dev/null 2>&1
 `
 
 func (c *container) startWatchdog() error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
-	}
-	cmd := exec.Command("/bin/sh", "-c", containerWatchdog, "gated-pgtest-docker-watchdog", c.id)
-	cmd.Stdin = r
-	cmd.Dir = "/"
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return fmt.Errorf("pgtest: starting watchdog: %w", err)
-	}
-	c.watch, c.watchW = cmd, w
-	return nil
+	var err error
+	c.watch, c.watchW, err = startWatchdog("-c", containerWatchdog, "gated-pgtest-docker-watchdog", c.id)
+	return err
 }
 
 // close removes the container (through the watchdog) and waits until it is gone.
