@@ -254,21 +254,13 @@ var gateNameSeq atomic.Int64
 func gateNameDSN(t *testing.T, drv, params string) (dsn, name string) {
 	t.Helper()
 	name = fmt.Sprintf("gated_test_gn_%d_%d", gateNameSeq.Add(1), appSeq.Add(1))
-	u, err := url.Parse(pgtest.URL(t))
+	dsn, _ = pgDSN(t, pgtest.URL(t), drv, params+"&gate_name="+name)
+	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Del("application_name")
-	q.Set("gate_driver", drv)
-	q.Set("gate_name", name)
-	extra, err := url.ParseQuery(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range extra {
-		q[k] = v
-	}
+	q.Del("application_name") // gated sets it to gate_name
 	u.RawQuery = q.Encode()
 	return u.String(), name
 }
