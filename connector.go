@@ -174,6 +174,8 @@ func sameGate(a, b *Config) error {
 		return differ(keyStmtTimeout, formatStatementTimeout(a.StatementTimeout, a.StatementDeadline), formatStatementTimeout(b.StatementTimeout, b.StatementDeadline))
 	case a.LockTimeout != b.LockTimeout:
 		return differ(keyLockTimeout, a.LockTimeout, b.LockTimeout)
+	case a.Pooler != b.Pooler:
+		return differ(keyPooler, shownValue(a.Pooler), shownValue(b.Pooler))
 	}
 	return nil
 }

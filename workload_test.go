@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,4 +330,37 @@ func TestGateNameSharesOneGateAndPool(t *testing.T) {
 		}
 		db3.Close()
 	})
+}
+
+// Every setting of a Config but its Name, Observer and Logger must match for two Connectors to
+// share a gate_name: a field added to Config and forgotten in sameGate would let two different
+// configurations share gates silently.
+func TestGateNameComparesEveryConfigField(t *testing.T) {
+	base := NewConfig()
+	base.Name = "n"
+	typ := reflect.TypeOf(*base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		switch f.Name {
+		case "Name", "Observer", "Logger":
+			continue
+		}
+		other := *base
+		v := reflect.ValueOf(&other).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Slice:
+			v.Set(reflect.ValueOf([]Workload{{Name: "w", Concurrent: 1}}))
+		default:
+			t.Fatalf("Config.%s: kind %v not covered by this test", f.Name, v.Kind())
+		}
+		if err := sameGate(base, &other); err == nil {
+			t.Errorf("Config.%s differs, and sameGate accepts the two configurations", f.Name)
+		}
+	}
 }
