@@ -2,16 +2,13 @@ package gated
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gatedsql/gated/internal/faultproxy"
-	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/lib/pq"
 )
 
@@ -21,18 +18,6 @@ import (
 // partitions, panics. Rules: never run work twice that may have reached the server, never hide
 // that a commit may have happened, never let a closed statement poison a query, never lose a
 // permit.
-
-// proxied returns a fault-injection proxy in front of the test server and a base URL through it.
-func proxied(t *testing.T) (*faultproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(pgtest.URL(t))
-	if err != nil || u.Host == "" {
-		t.Skipf("the test server's URL has no host to put a proxy in front of: %v", err)
-	}
-	p := faultproxy.Start(t, u.Host)
-	u.Host = p.Addr()
-	return p, u.String()
-}
 
 // awaitFired waits for a proxy rule to have acted.
 func awaitFired(t *testing.T, fired <-chan struct{}) {
@@ -66,15 +51,6 @@ func awaitCleanup(t *testing.T, c *Connector) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func countRows(t *testing.T, adm *sql.DB, table string) int {
-	t.Helper()
-	var n int
-	if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 const oneAtATime = "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s"

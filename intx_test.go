@@ -4,36 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/gatedsql/gated/internal/faultproxy"
-	"github.com/gatedsql/gated/internal/pgtest"
 )
 
 // withProxiedPG is withPG for each driver on the test server reached through a fault-injection
 // proxy.
 func withProxiedPG(t *testing.T, params string, body func(t *testing.T, e *pgEnv, p *faultproxy.Proxy)) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		u, err := url.Parse(pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := faultproxy.Start(t, u.Host)
-		u.Host = p.Addr()
-		withPG(t, u.String(), drv, params, func(t *testing.T, e *pgEnv) { body(t, e, p) })
+		p, base := proxied(t)
+		withPG(t, base, drv, params, func(t *testing.T, e *pgEnv) { body(t, e, p) })
 	})
-}
-
-func rowCount(t *testing.T, adm *sql.DB, table string) int {
-	t.Helper()
-	var n int
-	if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 var errFn = errors.New("fn failed")
@@ -50,7 +34,7 @@ func TestInTxRollsBackAndReturnsFnError(t *testing.T) {
 		if err != errFn {
 			t.Errorf("InTx = %v, want fn's error unchanged", err)
 		}
-		if n := rowCount(t, e.adm, table); n != 0 {
+		if n := countRows(t, e.adm, table); n != 0 {
 			t.Errorf("%d rows after fn failed, want 0 (rolled back)", n)
 		}
 	})
@@ -92,7 +76,7 @@ func TestInTxRollsBackOnPanicWithPermitsBack(t *testing.T) {
 		if s := e.c.Stats(); s.Running != 0 {
 			t.Errorf("running %d after InTx panicked, want every permit back", s.Running)
 		}
-		if n := rowCount(t, e.adm, table); n != 0 {
+		if n := countRows(t, e.adm, table); n != 0 {
 			t.Errorf("%d rows after fn panicked, want 0", n)
 		}
 	})
@@ -116,7 +100,7 @@ func TestInTxCommitCutAfterSendingIsUnknownAndNotRetried(t *testing.T) {
 		if n := calls.Load(); n != 1 {
 			t.Errorf("fn ran %d times, want 1: a commit is never retried", n)
 		}
-		if n := rowCount(t, e.adm, table); n != 1 {
+		if n := countRows(t, e.adm, table); n != 1 {
 			t.Errorf("%d rows: the server committed, want 1", n)
 		}
 	})
@@ -143,7 +127,7 @@ func TestInTxCommitCutBeforeSendingIsNotUnknown(t *testing.T) {
 		if n := calls.Load(); n != 1 {
 			t.Errorf("fn ran %d times, want 1: a commit is never retried", n)
 		}
-		if n := rowCount(t, e.adm, table); n != 0 {
+		if n := countRows(t, e.adm, table); n != 0 {
 			t.Errorf("%d rows after a COMMIT that never reached the server, want 0", n)
 		}
 	})
@@ -164,7 +148,7 @@ func TestInTxCommitLostOnTheWayIsUnknown(t *testing.T) {
 		if !errors.Is(err, ErrCommitUnknown) {
 			t.Fatalf("InTx with COMMIT sent and lost by the network = %v, want ErrCommitUnknown", err)
 		}
-		if n := rowCount(t, e.adm, table); n != 0 {
+		if n := countRows(t, e.adm, table); n != 0 {
 			t.Errorf("%d rows after a COMMIT that never reached the server, want 0", n)
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated/internal/faultproxy"
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
@@ -609,4 +610,26 @@ func checkDSNErrorSafe(t *testing.T, dsn string, err error, password string) {
 	if password != "" && strings.Contains(err.Error(), password) {
 		t.Fatalf("DSN %q: error %q contains the password", dsn, err)
 	}
+}
+
+// proxied returns a fault-injection proxy in front of the test server and a base URL through it.
+func proxied(t *testing.T) (*faultproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil || u.Host == "" {
+		t.Skipf("the test server's URL has no host to put a proxy in front of: %v", err)
+	}
+	p := faultproxy.Start(t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
+}
+
+// countRows returns how many rows table has, as adm sees it.
+func countRows(t *testing.T, adm *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := adm.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
