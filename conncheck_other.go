@@ -5,7 +5,8 @@ package gated
 import "net"
 
 // A sockCheck cannot inspect a socket without blocking on this platform: connections count as
-// alive, and a dead one is found by its first statement (see lostBeforeRun).
+// alive, and a dead one is found by its first statement, which then fails unreplayed unless
+// nothing of it was written (see innerConn.unsent).
 type sockCheck struct{}
 
 func newSockCheck(net.Conn) *sockCheck { return nil }

@@ -8,11 +8,12 @@ import (
 	"syscall"
 )
 
-// A sockCheck looks at an idle connection's socket before the connection is reused. An idle
+// A sockCheck looks at a connection's socket before the first write after the connection was idle
+// (and before COMMIT), from sockConn.Write: if the check fails nothing is written. An idle
 // PostgreSQL backend sends nothing unless it is terminating (pg_terminate_backend, a shutdown),
 // except NOTIFY and parameter changes, rare on pooled connections. If anything is there to read,
-// or the peer has gone, the connection is replaced before the next statement is sent, instead of
-// carrying that statement into a failure whose outcome would be unclear.
+// or the peer has gone, the write fails having sent nothing, and the statement runs on another
+// connection instead of being carried into a failure whose outcome would be unclear.
 type sockCheck struct {
 	rc   syscall.RawConn
 	fn   func(fd uintptr) // s.peek, bound once: a method value per call would allocate
