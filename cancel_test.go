@@ -31,7 +31,7 @@ var cancelStatements = []cancelStatement{
 	{"stops 200ms late", "DO $$BEGIN PERFORM pg_sleep(31); EXCEPTION WHEN query_canceled THEN PERFORM pg_sleep(0.2); END$$", "pg_sleep(31)"},
 }
 
-// Condition 16.
+// A statement cancelled inside a transaction keeps its permit until the server has stopped it.
 func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
@@ -60,7 +60,7 @@ func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	})
 }
 
-// Condition 17.
+// A statement cancelled outside a transaction keeps its permit until the server has stopped it.
 func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
@@ -131,7 +131,7 @@ func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.
 	})
 }
 
-// Condition 18.
+// A caller's timeout never releases the permit of another operation.
 func TestContractCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 	const b, q = 2, 4
 	// P > B: a permit released too early would let a (B+1)th statement run on the server.

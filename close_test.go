@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Condition 34: db.Close with operations in flight. Waiting operations fail at once with
+// db.Close with operations in flight. Waiting operations fail at once with
 // ErrClosed; running ones (a statement blocked on a lock, an open transaction) finish normally;
 // afterwards the server has no connection of the application left, no goroutine is left, and
 // every call fails with database/sql's "sql: database is closed".

@@ -148,7 +148,7 @@ func runMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, 
 	return load
 }
 
-// Condition 22: the server never sees more than P connections of the application
+// The server never sees more than P connections of the application
 // (pg_stat_activity) under 10×(B+Q) callers of a mixed workload. TestPGOverloadKeepsEveryBudget
 // (driver_test.go) checks the same bound with one kind of transaction.
 func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
@@ -175,7 +175,7 @@ func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 	})
 }
 
-// Condition 23: database/sql never queues callers in front of the gate when the *sql.DB comes
+// database/sql never queues callers in front of the gate when the *sql.DB comes
 // from gated.Open. The control subtest shows that the measure can fail: the same workload on a
 // *sql.DB with MaxOpenConns below B+Q does wait in database/sql.
 func TestContractMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {

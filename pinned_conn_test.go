@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Condition 31: a pinned *sql.Conn binds at its first statement and keeps its permit, and so its
+// A pinned *sql.Conn binds at its first statement and keeps its permit, and so its
 // physical connection and session, until Close: a SET is seen by its later statements, other
 // callers are refused meanwhile, and the whole *sql.Conn is one admission.
 func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
@@ -81,7 +81,7 @@ func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
 	})
 }
 
-// Condition 32: (*sql.Conn).Raw and Unwrap reach the inner driver's connection: pgx's
+// (*sql.Conn).Raw and Unwrap reach the inner driver's connection: pgx's
 // *stdlib.Conn and its *pgx.Conn, which works (a query and a COPY), under the *sql.Conn's permit.
 func TestContractRawUnwrapReachesThePgxConn(t *testing.T) {
 	withPG(t, "", "pgx", "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {

@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// Condition 5.
+// With admission full, every kind of operation is refused at once with ErrAdmissionFull, without
+// a round trip to the server.
 func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
 	const refusals = 350 // 50 of each kind of operation
 	// P = B: every physical connection the gate may open is open and in a held transaction, so a
@@ -71,7 +72,7 @@ func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) 
 	})
 }
 
-// Condition 6.
+// A second transaction is refused while the first holds the only execution permit.
 func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
@@ -107,7 +108,7 @@ func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) 
 	})
 }
 
-// Condition 7.
+// A refusal is counted once and not retried by database/sql.
 func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
@@ -140,7 +141,7 @@ func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 	})
 }
 
-// Condition 8.
+// A thousand refusals consume no permit.
 func TestContractThousandRefusalsConsumeNoPermit(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const refusals, workers = 1000, 4

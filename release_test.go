@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// Condition 1. A Commit the server refuses, or that ends an aborted transaction, returns a
+// A Commit the server refuses, or that ends an aborted transaction, returns a
 // result too, so it is held to the same rule as a successful one.
 func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	cases := []struct {
@@ -97,7 +97,7 @@ func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	})
 }
 
-// Condition 2.
+// A rollback after an SQL error gives the permits back.
 func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
@@ -138,7 +138,7 @@ func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 	})
 }
 
-// Condition 3.
+// A rollback on a terminated backend fails, and the connection is discarded.
 func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
@@ -179,7 +179,7 @@ func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *tes
 	})
 }
 
-// Condition 4.
+// Rows hold their permits until they are closed or read to the end.
 func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Condition 27: 1,000 transactions failing with an SQL error, 1,000 refusals and 1,000
+// 1,000 transactions failing with an SQL error, 1,000 refusals and 1,000
 // statements cancelled while pg_sleep runs, interleaved across 64 goroutines. Every permit comes
 // back and every attempt is counted exactly once. Each attempt is one BeginTx with a context that
 // never ends, so an attempt is admitted or refused and never cancelled while it waits; the

@@ -19,7 +19,7 @@ import (
 	"github.com/lib/pq"
 )
 
-// Condition 19: a statement_timeout set with SET LOCAL cancels the statement on the server with
+// A statement_timeout set with SET LOCAL cancels the statement on the server with
 // 57014, which reaches the caller unchanged; the transaction is rolled back, and the setting ends
 // with it.
 func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
@@ -65,7 +65,7 @@ func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
 	})
 }
 
-// Condition 20: a lock_timeout while another session holds the row lock fails with 55P03, in
+// A lock_timeout while another session holds the row lock fails with 55P03, in
 // a transaction and in autocommit, and the permits come back at once.
 func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=2&gate_concurrent=2&gate_queue=0", func(t *testing.T, e *pgEnv) {
@@ -114,7 +114,7 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 	})
 }
 
-// Condition 21, a database that does not exist: the server accepts the TCP connection and then
+// A database that does not exist: the server accepts the TCP connection and then
 // refuses the session. Creating the database makes the same gate work, with no permit lost.
 func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
@@ -174,7 +174,7 @@ func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testin
 	})
 }
 
-// Condition 21, a server at max_connections: "too many clients" (53300) while other clients
+// A server at max_connections: "too many clients" (53300) while other clients
 // hold every slot; the gate serves again as soon as one slot is free.
 func TestContractServerAtMaxConnectionsFailsClearlyAndGateRecovers(t *testing.T) {
 	cluster := pgtest.NewCluster(t, "max_connections=6", "superuser_reserved_connections=0")

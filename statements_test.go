@@ -21,7 +21,7 @@ import (
 	"github.com/lib/pq"
 )
 
-// Condition 28: one *sql.Stmt from db.Prepare, executed by 32 goroutines at once. Each execution
+// One *sql.Stmt from db.Prepare, executed by 32 goroutines at once. Each execution
 // is admitted once (database/sql re-prepares the statement on virtual connections that lack it,
 // inside the same binding), and no goroutine ever finds the server process it is on held by
 // another: a goroutine records its process while its rows keep the binding, and clears it
@@ -86,7 +86,7 @@ func TestContractSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T)
 	})
 }
 
-// Condition 29: statements prepared in a transaction, database-level statements moved into a
+// Statements prepared in a transaction, database-level statements moved into a
 // transaction, named arguments and sql.Out, all through the gate.
 func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
@@ -236,7 +236,7 @@ func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 	})
 }
 
-// Condition 30: argument types that only the inner driver understands work on the first query
+// Argument types that only the inner driver understands work on the first query
 // of a fresh *sql.DB, through QueryRow, a prepared statement and a transaction. database/sql
 // converts arguments with the virtual connection's checker before any physical connection is
 // bound; several of these types its default converter refuses (defaultRefuses), so they work

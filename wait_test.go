@@ -17,7 +17,8 @@ import (
 	"time"
 )
 
-// Condition 9.
+// A waiter that gets no execution permit within gate_queue_wait is refused with
+// ErrAdmissionTimeout.
 func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=50ms", func(t *testing.T, e *pgEnv) {
 		const wait = 50 * time.Millisecond
@@ -44,7 +45,8 @@ func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 	})
 }
 
-// Condition 10.
+// A context deadline shorter than gate_queue_wait ends the wait with the context's error, not
+// ErrAdmissionTimeout.
 func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
@@ -72,7 +74,8 @@ func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing
 	})
 }
 
-// Condition 11.
+// Cancelling a queued caller's context returns promptly with the gate's wait ended by
+// context.Canceled, and changes only Waiting and Canceled.
 func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
@@ -104,7 +107,7 @@ func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 	})
 }
 
-// Condition 12. gate_queue_wait belongs to the gate, so a gate with gate_queue_wait=0 never has a
+// gate_queue_wait belongs to the gate, so a gate with gate_queue_wait=0 never has a
 // waiter: every caller takes a free permit or is refused at once. That is "try once"; the first
 // subtest shows it. "Never jump the queue" is about callers that try once while others wait, which
 // with one gate only arises when later arrivals try once and earlier ones wait; the second subtest
@@ -256,7 +259,7 @@ func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 	})
 }
 
-// Condition 13.
+// Waiters get the execution permit in the order they arrived.
 func TestContractWaitersServedInArrivalOrder(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=8&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const waiters = 8
@@ -317,7 +320,7 @@ func TestContractWaitersServedInArrivalOrder(t *testing.T) {
 	})
 }
 
-// Condition 14.
+// A waiter whose context ended while it waited is skipped: the permit goes to the next waiter.
 func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
@@ -397,7 +400,8 @@ func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 	})
 }
 
-// Condition 15.
+// Under random cancellations running never exceeds B nor running+waiting B+Q, and the counters
+// add up exactly afterwards.
 func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
 	runPG(t, "gate_max_conns=3&gate_concurrent=3&gate_queue=4&gate_queue_wait=20ms", func(t *testing.T, e *pgEnv) {
 		const b, q, workers, rounds = 3, 4, 16, 15
@@ -487,7 +491,7 @@ func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
 	})
 }
 
-// Condition 33: a caller that already holds the only permit (inside a transaction) and uses the
+// A caller that already holds the only permit (inside a transaction) and uses the
 // same gate again waits like anyone else and gets ErrAdmissionTimeout after gate_queue_wait,
 // instead of deadlocking; the outer transaction then finishes normally.
 func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {

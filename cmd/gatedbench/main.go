@@ -94,7 +94,7 @@ var quickDefaults = map[string]string{
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "workloads" {
-		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // issue 8's figures (workloads.go)
+		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // workload isolation and deadline cost (workloads.go)
 	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
