@@ -32,7 +32,7 @@ var cancelStatements = []cancelStatement{
 }
 
 // A statement cancelled inside a transaction keeps its permit until the server has stopped it.
-func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
+func TestCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
@@ -61,7 +61,7 @@ func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 }
 
 // A statement cancelled outside a transaction keeps its permit until the server has stopped it.
-func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
+func TestCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
@@ -132,7 +132,7 @@ func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.
 }
 
 // A caller's timeout never releases the permit of another operation.
-func TestContractCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
+func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 	const b, q = 2, 4
 	// P > B: a permit released too early would let a (B+1)th statement run on the server.
 	runPG(t, "gate_max_conns=4&gate_concurrent=2&gate_queue=4&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {

@@ -15,7 +15,7 @@ import (
 // Through the public paths sql.Open("gated", dsn) and gated.Open (dsn_test.go
 // covers ParseDSN itself in depth): each error is a *DSNError naming the key, starts with
 // "gated: " and does not contain the password.
-func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
+func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	const url = "postgres://app:" + testPassword + "@db.example/shop?sslmode=disable&"
 	const kv = "host=db.example user=app password=" + testPassword + " "
 	cases := []struct {

@@ -14,7 +14,7 @@ import (
 
 // A Commit the server refuses, or that ends an aborted transaction, returns a
 // result too, so it is held to the same rule as a successful one.
-func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
+func TestCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	cases := []struct {
 		name string
 		work func(ctx context.Context, tx *sql.Tx, table string, i int) error // before Commit
@@ -98,7 +98,7 @@ func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 }
 
 // A rollback after an SQL error gives the permits back.
-func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
+func TestRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		table := pgTable(t, adm, "id int PRIMARY KEY")
@@ -139,7 +139,7 @@ func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 }
 
 // A rollback on a terminated backend fails, and the connection is discarded.
-func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
+func TestRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		h := hold(t, db)
@@ -180,7 +180,7 @@ func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *tes
 }
 
 // Rows hold their permits until they are closed or read to the end.
-func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
+func TestRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		ctx := context.Background()

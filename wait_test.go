@@ -19,7 +19,7 @@ import (
 
 // A waiter that gets no execution permit within gate_queue_wait is refused with
 // ErrAdmissionTimeout.
-func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
+func TestQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=50ms", func(t *testing.T, e *pgEnv) {
 		const wait = 50 * time.Millisecond
 		db, c := e.db, e.c
@@ -47,7 +47,7 @@ func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 
 // A context deadline shorter than gate_queue_wait ends the wait with the context's error, not
 // ErrAdmissionTimeout.
-func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
+func TestContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -76,7 +76,7 @@ func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing
 
 // Cancelling a queued caller's context returns promptly with the gate's wait ended by
 // context.Canceled, and changes only Waiting and Canceled.
-func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
+func TestCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -114,7 +114,7 @@ func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 // makes that happen by switching the live gate's queueWait to 0 with waiters queued, as the unit
 // test TestGateQueueWaitZeroNeverJumpsTheQueue does, and then shows that the hand-over from a
 // committing transaction to the next waiter leaves no moment in which a try-once caller gets in.
-func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
+func TestQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		t.Run("tries once", func(t *testing.T) {
 			withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=0", func(t *testing.T, e *pgEnv) {
@@ -260,7 +260,7 @@ func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 }
 
 // Waiters get the execution permit in the order they arrived.
-func TestContractWaitersServedInArrivalOrder(t *testing.T) {
+func TestWaitersServedInArrivalOrder(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=8&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const waiters = 8
 		db, c, adm := e.db, e.c, e.adm
@@ -321,7 +321,7 @@ func TestContractWaitersServedInArrivalOrder(t *testing.T) {
 }
 
 // A waiter whose context ended while it waited is skipped: the permit goes to the next waiter.
-func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
+func TestWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -402,7 +402,7 @@ func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 
 // Under random cancellations running never exceeds B nor running+waiting B+Q, and the counters
 // add up exactly afterwards.
-func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
+func TestCountsExactAfterRandomCancellations(t *testing.T) {
 	runPG(t, "gate_max_conns=3&gate_concurrent=3&gate_queue=4&gate_queue_wait=20ms", func(t *testing.T, e *pgEnv) {
 		const b, q, workers, rounds = 3, 4, 16, 15
 		db, c := e.db, e.c
@@ -494,7 +494,7 @@ func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
 // A caller that already holds the only permit (inside a transaction) and uses the
 // same gate again waits like anyone else and gets ErrAdmissionTimeout after gate_queue_wait,
 // instead of deadlocking; the outer transaction then finishes normally.
-func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
+func TestNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=200ms", func(t *testing.T, e *pgEnv) {
 		const queueWait = 200 * time.Millisecond
 		db, c := e.db, e.c
