@@ -1,0 +1,307 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// gate_concurrent=auto: a gate whose B moves between a minimum and its ceiling from what the gate
+// observes of database work. Every operation that ends hands the limiter one sample, under the
+// gate's mutex in release (no lock of its own, no allocation): how long it held its execution
+// permit and how it ended. The limiter gathers samples in windows and, when one closes, derives
+// the next limit from the window's median hold time against a no-load baseline. Gate waits and
+// refusals are never samples: they measure the gate, not the database.
+
+// An outcome classifies an ended operation for the limiter.
+type outcome uint8
+
+const (
+	// outcomeOK: the work ended normally; its hold time measures the database's service.
+	outcomeOK outcome = iota
+	// outcomeFailed: it failed for a reason that says nothing about load (a syntax error, a
+	// constraint, a lost connection). Not a sample of service time: a fast failure must not
+	// look like fast service.
+	outcomeFailed
+	// outcomeOverload: it was ended by a timeout while it ran (statement_timeout, lock_timeout,
+	// the caller's deadline) or refused by the server for contention or load (serialization
+	// failure, deadlock, too many connections). The service took at least its hold time, and
+	// such a window never raises the limit.
+	outcomeOverload
+)
+
+// outcomeOf classifies the error that ended an operation run under ctx.
+func outcomeOf(ctx context.Context, err error) outcome {
+	if err == nil {
+		return outcomeOK
+	}
+	switch sqlState(err) {
+	case "57014", "55P03", "40001", "40P01", "53300", "53400":
+		return outcomeOverload
+	}
+	if errors.Is(err, context.DeadlineExceeded) || ctx != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return outcomeOverload
+	}
+	return outcomeFailed
+}
+
+// A limitAlgorithm turns one closed window into the next limit. It sees only windows with
+// service samples and without overload (the adaptiveLimit handles those itself), and must return
+// a value the caller then clamps to [min, max].
+type limitAlgorithm interface {
+	next(limit float64, w *windowStats) float64
+}
+
+// windowStats is what one window measured.
+type windowStats struct {
+	rtt      time.Duration // median hold time of the window's service samples (OK and overload)
+	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
+	inflight float64       // mean running operations at the samples
+	limited  bool          // demand reached the limit: running ≥ limit or operations waited
+	ok       int           // samples that ended normally
+	overload int           // samples ended by a timeout or a load refusal
+	failed   int           // samples that failed for other reasons (not in rtt)
+}
+
+// Tuning of the limiter. A window closes after windowMin and windowSamples service samples; the
+// gradient algorithm keeps the median hold time within gradientTolerance of the baseline.
+const (
+	windowMin          = 100 * time.Millisecond
+	windowSamples      = 16
+	gradientTolerance  = 1.5
+	overloadShare      = 0.1 // share of a window's samples ended by overload that lowers the limit
+	overloadBackoff    = 0.9 // factor applied to the limit then
+	baselineDriftShare = 8   // a slower no-load measurement moves the baseline by 1/baselineDriftShare of the difference per window
+)
+
+// adaptiveLimit is the state of one gate's gate_concurrent=auto. It is guarded by the gate's mutex.
+type adaptiveLimit struct {
+	alg      limitAlgorithm
+	min, max int
+	limit    float64
+
+	// The open window.
+	start    time.Duration // monoNow of its first sample
+	hist     holdHist
+	ok       int
+	overload int
+	failed   int
+	sumRun   int64
+	limited  bool
+
+	base baseline
+}
+
+func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
+	// Starting at the minimum and growing is what gives the baseline its no-load measurement:
+	// a gate that started at its ceiling would take the latency at full concurrency for it.
+	return &adaptiveLimit{alg: alg, min: min, max: max, limit: float64(min)}
+}
+
+// current is the limit in execution permits.
+func (a *adaptiveLimit) current() int {
+	return min(max(int(math.Round(a.limit)), a.min), a.max)
+}
+
+// setCeiling changes the largest limit (when the workloads' shares change), keeping the limit
+// within it.
+func (a *adaptiveLimit) setCeiling(ceiling int) {
+	a.max = max(ceiling, a.min)
+	a.limit = min(a.limit, float64(a.max))
+}
+
+// observe records one operation that ended at now (monoNow) after holding its permit for hold,
+// with running operations holding permits (itself included) and waiting in the queue. It reports
+// whether a window closed and the limit may have changed.
+func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, waiting int) bool {
+	if a.ok+a.overload+a.failed == 0 {
+		a.start = now
+	}
+	switch o {
+	case outcomeOK:
+		a.ok++
+		a.hist.add(hold)
+	case outcomeOverload:
+		a.overload++
+		a.hist.add(hold)
+	default:
+		a.failed++
+	}
+	a.sumRun += int64(running)
+	if running >= a.current() || waiting > 0 {
+		a.limited = true
+	}
+	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
+		return false
+	}
+	a.closeWindow()
+	return true
+}
+
+// closeWindow derives the next limit from the open window and starts a new one.
+func (a *adaptiveLimit) closeWindow() {
+	n := a.ok + a.overload + a.failed
+	w := windowStats{
+		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited,
+		ok: a.ok, overload: a.overload, failed: a.failed,
+	}
+	a.base.update(w.rtt, w.inflight)
+	w.base = a.base.value
+	switch {
+	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):
+		// Timeouts and load refusals: back off, and never let them raise the limit, however
+		// short the surviving samples are.
+		a.limit *= overloadBackoff
+	case w.failed > w.ok:
+		// Mostly failures that say nothing about load: no information.
+	default:
+		a.limit = a.alg.next(a.limit, &w)
+	}
+	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
+	a.hist.reset()
+	a.ok, a.overload, a.failed, a.sumRun, a.limited = 0, 0, 0, 0, false
+}
+
+// A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
+// never becomes it (a window median needs half a window's samples). It rises only on evidence
+// measured at no more concurrency than the baseline was, and then slowly: the database itself
+// became slower (another query mix, a shared or degraded server), not our load on it. During an
+// incident the limit falls first, and the baseline follows only once the limit has fallen to
+// where it was measured, so it cannot drift up and stop the limit from falling.
+type baseline struct {
+	value    time.Duration // 0 before the first window
+	inflight float64       // mean running operations of the window that measured it
+}
+
+func (b *baseline) update(rtt time.Duration, inflight float64) {
+	switch {
+	case b.value == 0 || rtt <= b.value:
+		b.value, b.inflight = rtt, inflight
+	case inflight <= b.inflight+0.5:
+		b.value += (rtt - b.value) / baselineDriftShare
+		b.inflight = min(b.inflight, inflight)
+	}
+}
+
+// gradientLimit is a gradient limiter in the manner of Netflix's Gradient2, with the growth
+// rule replaced: the limit falls by half of how far the median hold time exceeds
+// gradientTolerance × baseline, and rises, only while demand presses on it, by the largest step
+// that keeps the hold time within tolerance even if it grew in proportion to the concurrency
+// (the worst case, a CPU-bound server past its cores). So it neither creeps up at a steady
+// gradient nor oscillates around the knee, and on a server whose latency stays flat it climbs to
+// the ceiling in a few windows. Where that projection forbids even one more permit but the hold
+// time shows no queueing at all (within gradientFlat of the baseline, as at a limit of 1), it
+// rises by one, except back to a limit it had to leave within the last gradientMemory windows.
+type gradientLimit struct {
+	knee   float64 // the limit last lowered from, 0 when none is remembered
+	memory int     // windows left before knee is forgotten
+}
+
+const (
+	gradientFlat   = 1.2
+	gradientMemory = 50
+)
+
+func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
+	if a.memory > 0 {
+		if a.memory--; a.memory == 0 {
+			a.knee = 0
+		}
+	}
+	ratio := float64(w.rtt) / float64(w.base)
+	if ratio > gradientTolerance {
+		a.knee, a.memory = limit, gradientMemory
+		return limit * max(0.5, (1+gradientTolerance/ratio)/2)
+	}
+	if !w.limited {
+		return limit
+	}
+	// rtt × (limit+step)/limit ≤ tolerance × base.
+	if step := math.Floor(limit * (gradientTolerance/ratio - 1)); step >= 1 {
+		return limit + step
+	}
+	if ratio <= gradientFlat && (a.knee == 0 || limit+1 < a.knee) {
+		return limit + 1
+	}
+	return limit
+}
+
+// vegasLimit is TCP Vegas's rule as Netflix's VegasLimit applies it: the operations queued in
+// the database are estimated as limit × (1 − baseline/rtt); the limit rises by one while fewer
+// than alpha queue and falls by one when more than beta do. The thresholds grow with log10 of the
+// limit and are at least 1 and 2, since gated's limits are small.
+type vegasLimit struct{}
+
+func (vegasLimit) next(limit float64, w *windowStats) float64 {
+	queue := limit * (1 - float64(w.base)/float64(w.rtt))
+	alpha := max(1, 3*math.Log10(limit))
+	beta := max(2, 6*math.Log10(limit))
+	switch {
+	case queue > beta:
+		return limit - 1
+	case queue < alpha && w.limited:
+		return limit + 1
+	}
+	return limit
+}
+
+// holdHist is a log-linear histogram of hold times: histSub buckets per power of two of
+// microseconds, about 9 % wide, from 1 µs to well over a minute. Fixed size, so that recording
+// allocates nothing.
+type holdHist struct {
+	n     [histBuckets]uint32
+	total uint32
+}
+
+const (
+	histSubBits = 3
+	histSub     = 1 << histSubBits
+	histBuckets = 40 * histSub
+)
+
+func histBucket(d time.Duration) int {
+	v := uint64(max(d, 0)) >> 10 // about microseconds
+	if v < histSub {
+		return int(v)
+	}
+	e := bits.Len64(v) - 1 - histSubBits
+	i := (e+1)*histSub + int(v>>e)&(histSub-1)
+	return min(i, histBuckets-1)
+}
+
+// histBounds returns the lower bound and the width of bucket i.
+func histBounds(i int) (lo, width time.Duration) {
+	if i < histSub {
+		return time.Duration(i) << 10, 1 << 10
+	}
+	e := i/histSub - 1
+	m := uint64(histSub + i%histSub)
+	return time.Duration(m << e << 10), time.Duration(uint64(1) << e << 10)
+}
+
+func (h *holdHist) add(d time.Duration) {
+	h.n[histBucket(d)]++
+	h.total++
+}
+
+// median interpolates within the median's bucket, so that a limiter comparing two medians sees
+// differences smaller than a bucket.
+func (h *holdHist) median() time.Duration {
+	half := float64(h.total) / 2
+	var seen uint32
+	for i, c := range h.n {
+		if c > 0 && float64(seen+c) >= half {
+			lo, width := histBounds(i)
+			return lo + time.Duration(float64(width)*(half-float64(seen))/float64(c))
+		}
+		seen += c
+	}
+	return 0
+}
+
+func (h *holdHist) reset() { *h = holdHist{} }
+
+// chosenAlgorithm returns a new state of the algorithm of gate_concurrent=auto (see BENCHMARKS.md for the comparison).
+func chosenAlgorithm() limitAlgorithm { return new(gradientLimit) }

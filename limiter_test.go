@@ -1,0 +1,375 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The limiter is tested against a simulated database: a pure function from the number of
+// operations running to their mean hold time, and a deterministic event loop that keeps as many
+// operations running as the limit and the demand allow. Hold times get a log-normal noise of
+// 10 %, from a seeded source, so every run is the same.
+
+// A dbModel is a database's mean hold time with n operations running.
+type dbModel func(n int) time.Duration
+
+// cpuBound: latency grows linearly past the cores.
+func cpuBound(s time.Duration, cores int) dbModel {
+	return func(n int) time.Duration { return s * time.Duration(max(n, cores)) / time.Duration(cores) }
+}
+
+// sleepBound: latency flat.
+func sleepBound(s time.Duration) dbModel { return func(int) time.Duration { return s } }
+
+// lockBound: one hot row; each transaction takes t, of which h under the row lock, so throughput
+// is min(n/t, 1/h) and flat past t/h.
+func lockBound(t, h time.Duration) dbModel {
+	return func(n int) time.Duration { return max(t, time.Duration(n)*h) }
+}
+
+// goodput is operations per second with n running.
+func (m dbModel) goodput(n int) float64 { return float64(n) / m(n).Seconds() }
+
+// best is the highest goodput with at most p running.
+func (m dbModel) best(p int) float64 {
+	b := 0.0
+	for n := 1; n <= p; n++ {
+		b = max(b, m.goodput(n))
+	}
+	return b
+}
+
+// A phase is a stretch of simulated time with one database and one demand (operations that
+// want to run; 0 means idle) and one way of ending.
+type phase struct {
+	d      time.Duration
+	db     dbModel
+	demand int
+	end    outcome
+	fast   time.Duration // hold time of outcomeFailed operations (fails fast)
+}
+
+// simTrace is what one simulation saw, per phase.
+type simTrace struct {
+	limits  [][]int   // the limit at every window close, per phase
+	goodput []float64 // OK operations per second, over the last half of each phase
+	holdP50 []time.Duration
+}
+
+func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrace {
+	a := newAdaptiveLimit(alg(), minL, maxL)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tr simTrace
+	now := time.Duration(0)
+	for _, ph := range phases {
+		var limits []int
+		end := now + ph.d
+		half := now + ph.d/2
+		var ok int
+		var holds []time.Duration
+		for now < end {
+			running := min(a.current(), ph.demand)
+			if running == 0 {
+				now += 10 * time.Millisecond
+				continue
+			}
+			mean := ph.db(running)
+			if ph.end == outcomeFailed && ph.fast > 0 {
+				mean = ph.fast
+			}
+			// One completion of running operations each taking about mean.
+			now += mean / time.Duration(running)
+			hold := time.Duration(float64(mean) * math.Exp(0.1*rng.NormFloat64()))
+			waiting := 0
+			if ph.demand > running {
+				waiting = 1
+			}
+			if a.observe(now, hold, ph.end, running, waiting) {
+				limits = append(limits, a.current())
+			}
+			if now >= half && ph.end == outcomeOK {
+				ok++
+				holds = append(holds, hold)
+			}
+		}
+		tr.limits = append(tr.limits, limits)
+		tr.goodput = append(tr.goodput, float64(ok)/(ph.d/2).Seconds())
+		tr.holdP50 = append(tr.holdP50, medianOf(holds))
+	}
+	return tr
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	h := holdHist{}
+	for _, x := range d {
+		h.add(x)
+	}
+	return h.median()
+}
+
+func lastOf(l []int) int {
+	if len(l) == 0 {
+		return -1
+	}
+	return l[len(l)-1]
+}
+
+func rangeOf(l []int) (lo, hi int) {
+	lo, hi = math.MaxInt, math.MinInt
+	for _, v := range l {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi
+}
+
+var limitAlgorithms = []struct {
+	name string
+	alg  func() limitAlgorithm
+}{{"gradient", func() limitAlgorithm { return new(gradientLimit) }}, {"vegas", func() limitAlgorithm { return vegasLimit{} }}}
+
+const (
+	simP = 8
+	simS = 5 * time.Millisecond
+)
+
+// forAlgorithms runs f for the chosen algorithm, and for the candidates with -v as a report.
+func forAlgorithms(t *testing.T, f func(t *testing.T, alg func() limitAlgorithm)) {
+	for _, c := range limitAlgorithms {
+		t.Run(c.name, func(t *testing.T) {
+			if fmt.Sprintf("%T", c.alg()) != fmt.Sprintf("%T", chosenAlgorithm()) {
+				t.Skip("a candidate, measured with -run against the chosen one in TestLimiterCandidates")
+			}
+			f(t, c.alg)
+		})
+	}
+}
+
+func TestLimiterCPUBoundSettlesAtTheKnee(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		db := cpuBound(simS, 2)
+		tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db, demand: 100}})
+		if g, best := tr.goodput[0], db.best(simP); g < 0.95*best {
+			t.Errorf("goodput %.0f/s, want ≥ 95 %% of the best fixed limit's %.0f/s (limits %v)", g, best, tr.limits[0])
+		}
+		if p50 := tr.holdP50[0]; p50 > 2*simS {
+			t.Errorf("hold p50 %v, want ≤ 2× the unloaded %v (limits %v)", p50, simS, tr.limits[0])
+		}
+	})
+}
+
+func TestLimiterSleepBoundClimbsToTheCeiling(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		tr := simulate(alg, 1, simP, []phase{{d: 10 * time.Second, db: sleepBound(simS), demand: 100}})
+		if lo, _ := rangeOf(tr.limits[0][len(tr.limits[0])/2:]); lo != simP {
+			t.Errorf("limits %v, want %d over the second half", tr.limits[0], simP)
+		}
+	})
+}
+
+func TestLimiterLockBoundKeepsGoodput(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		db := lockBound(1500*time.Microsecond, 500*time.Microsecond)
+		tr := simulate(alg, 1, simP, []phase{{d: 20 * time.Second, db: db, demand: 100}})
+		if g, atP := tr.goodput[0], db.goodput(simP); g < 0.97*atP {
+			t.Errorf("goodput %.0f/s, want ≥ 0.97 of the fixed limit P's %.0f/s (limits %v)", g, atP, tr.limits[0])
+		}
+	})
+}
+
+func TestLimiterFollowsACapacityDropAndRecovers(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		full, halved := cpuBound(simS, 2), cpuBound(2*simS, 2)
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: full, demand: 100},
+			{d: 20 * time.Second, db: halved, demand: 100},
+			{d: 20 * time.Second, db: full, demand: 100},
+		})
+		before := lastOf(tr.limits[0])
+		if p50 := tr.holdP50[1]; p50 > 2*2*simS {
+			t.Errorf("at half capacity hold p50 %v, want ≤ 2× the unloaded %v (limits %v)", p50, 2*simS, tr.limits[1])
+		}
+		if g, best := tr.goodput[1], halved.best(simP); g < 0.9*best {
+			t.Errorf("at half capacity goodput %.0f/s, want ≥ 90 %% of %.0f/s (limits %v)", g, best, tr.limits[1])
+		}
+		if g, best := tr.goodput[2], full.best(simP); g < 0.95*best {
+			t.Errorf("after the drop goodput %.0f/s, want ≥ 95 %% of %.0f/s (limits %v)", g, best, tr.limits[2])
+		}
+		if after := lastOf(tr.limits[2]); after < before-1 {
+			t.Errorf("limit %d after recovery, %d before the drop", after, before)
+		}
+	})
+}
+
+func TestLimiterFollowsAHeavierQueryMix(t *testing.T) {
+	// The service time doubles at every concurrency and stays so: the limit must not stay
+	// pinned at the minimum for ever, as it would if the old baseline never moved.
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		heavy := cpuBound(2*simS, 2)
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: cpuBound(simS, 2), demand: 100},
+			{d: 60 * time.Second, db: heavy, demand: 100},
+		})
+		if g, best := tr.goodput[1], heavy.best(simP); g < 0.95*best {
+			t.Errorf("goodput %.0f/s, want ≥ 95 %% of %.0f/s (limits %v)", g, best, tr.limits[1])
+		}
+	})
+}
+
+func TestLimiterStaysSteadyUnderSteadyOverload(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		for _, db := range []struct {
+			name string
+			m    dbModel
+		}{{"cpu", cpuBound(simS, 2)}, {"lock", lockBound(1500*time.Microsecond, 500*time.Microsecond)}, {"sleep", sleepBound(simS)}} {
+			tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db.m, demand: 100}, {d: 10 * time.Minute, db: db.m, demand: 100}})
+			// The limit averaged over each second (a window is 100 ms) against the mean of
+			// the whole run.
+			l := tr.limits[1]
+			sum := 0
+			for _, v := range l {
+				sum += v
+			}
+			mean := float64(sum) / float64(len(l))
+			for i := 0; i+10 <= len(l); i += 10 {
+				s := 0
+				for _, v := range l[i : i+10] {
+					s += v
+				}
+				if m := float64(s) / 10; math.Abs(m-mean) > 0.15*mean {
+					t.Errorf("%s: second %d: mean limit %.1f, more than ±15 %% from the run's %.2f", db.name, i/10, m, mean)
+					break
+				}
+			}
+		}
+	})
+}
+
+func TestLimiterDoesNotRiseWithoutDemand(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		// Two operations at a time on a server with room for eight: the limit follows demand
+		// up to 2 and stops there, instead of creeping to the ceiling at a steady gradient.
+		tr := simulate(alg, 1, simP, []phase{{d: 60 * time.Second, db: sleepBound(simS), demand: 2}})
+		if _, hi := rangeOf(tr.limits[0]); hi > 3 {
+			t.Errorf("limits %v, want at most 3 for a demand of 2", tr.limits[0])
+		}
+	})
+}
+
+func TestLimiterDoesNotRiseOnFailuresOrTimeouts(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		for _, c := range []struct {
+			name string
+			ph   phase
+		}{
+			{"fast failures", phase{d: 30 * time.Second, db: cpuBound(simS, 2), demand: 100, end: outcomeFailed, fast: 50 * time.Microsecond}},
+			{"steady timeouts", phase{d: 30 * time.Second, db: sleepBound(time.Second), demand: 100, end: outcomeOverload}},
+		} {
+			db := cpuBound(simS, 2)
+			tr := simulate(alg, 1, simP, []phase{{d: 20 * time.Second, db: db, demand: 100}, c.ph})
+			before := lastOf(tr.limits[0])
+			if _, hi := rangeOf(tr.limits[1]); hi > before {
+				t.Errorf("%s: the limit rose from %d to %d (limits %v)", c.name, before, hi, tr.limits[1])
+			}
+		}
+	})
+}
+
+func TestLimiterIgnoresOneFastOutlier(t *testing.T) {
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		a := newAdaptiveLimit(alg(), 1, simP)
+		now := time.Duration(0)
+		feed := func(n int, hold time.Duration) {
+			for range n {
+				now += time.Millisecond
+				a.observe(now, hold, outcomeOK, a.current(), 1)
+			}
+		}
+		feed(2000, 10*time.Millisecond)
+		before := a.current()
+		feed(1, time.Microsecond)
+		feed(2000, 10*time.Millisecond)
+		if got := a.current(); got < before {
+			t.Errorf("limit fell from %d to %d after one 1 µs sample", before, got)
+		}
+		if a.base.value < 9*time.Millisecond {
+			t.Errorf("baseline %v after one 1 µs sample, want about 10ms", a.base.value)
+		}
+	})
+}
+
+// TestLimiterCandidates prints, with -v, how each candidate algorithm does in every simulated
+// scenario; the comparison that chose chosenAlgorithm.
+func TestLimiterCandidates(t *testing.T) {
+	cpu, lock := cpuBound(simS, 2), lockBound(1500*time.Microsecond, 500*time.Microsecond)
+	for _, c := range limitAlgorithms {
+		var line string
+		tr := simulate(c.alg, 1, simP, []phase{{d: 30 * time.Second, db: cpu, demand: 100}})
+		line += fmt.Sprintf("cpu %.0f%% p50 %v lim %v; ", 100*tr.goodput[0]/cpu.best(simP), tr.holdP50[0], lastOf(tr.limits[0]))
+		tr = simulate(c.alg, 1, simP, []phase{{d: 30 * time.Second, db: lock, demand: 100}})
+		line += fmt.Sprintf("lock %.0f%% of P lim %v; ", 100*tr.goodput[0]/lock.goodput(simP), lastOf(tr.limits[0]))
+		tr = simulate(c.alg, 1, simP, []phase{{d: 10 * time.Second, db: sleepBound(simS), demand: 100}})
+		line += fmt.Sprintf("sleep lim %v; ", lastOf(tr.limits[0]))
+		tr = simulate(c.alg, 1, simP, []phase{{d: 20 * time.Second, db: cpu, demand: 100}, {d: 20 * time.Second, db: cpuBound(2*simS, 2), demand: 100}, {d: 20 * time.Second, db: cpu, demand: 100}})
+		line += fmt.Sprintf("drop p50 %v %.0f%% / recovered %.0f%%", tr.holdP50[1], 100*tr.goodput[1]/cpuBound(2*simS, 2).best(simP), 100*tr.goodput[2]/cpu.best(simP))
+		t.Logf("%-8s %s", c.name, line)
+	}
+}
+
+func TestLimiterObserveAllocatesNothing(t *testing.T) {
+	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	now := time.Duration(0)
+	if allocs := testing.AllocsPerRun(10000, func() {
+		now += 100 * time.Microsecond
+		a.observe(now, 5*time.Millisecond, outcomeOK, a.current(), 1)
+	}); allocs != 0 {
+		t.Errorf("observe allocates %v times per sample", allocs)
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		ctx  context.Context
+		err  error
+		want outcome
+	}{
+		{context.Background(), nil, outcomeOK},
+		{context.Background(), errors.New("syntax error"), outcomeFailed},
+		{context.Background(), stateErr("57014"), outcomeOverload},
+		{context.Background(), stateErr("55P03"), outcomeOverload},
+		{context.Background(), stateErr("40001"), outcomeOverload},
+		{context.Background(), stateErr("53300"), outcomeOverload},
+		{context.Background(), stateErr("23505"), outcomeFailed},
+		{ctx, errors.New("gated: canceled"), outcomeOverload},
+		{context.Background(), fmt.Errorf("x: %w", context.DeadlineExceeded), outcomeOverload},
+	} {
+		if got := outcomeOf(c.ctx, c.err); got != c.want {
+			t.Errorf("outcomeOf(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+type stateErr string
+
+func (e stateErr) Error() string    { return "server error " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
+func TestHoldHistMedian(t *testing.T) {
+	for _, d := range []time.Duration{0, 500 * time.Nanosecond, 3 * time.Microsecond, 100 * time.Microsecond, 5 * time.Millisecond, 123 * time.Millisecond, 7 * time.Second, time.Hour} {
+		var h holdHist
+		h.add(d)
+		got := h.median()
+		if d >= 10*time.Microsecond && d < time.Minute && (float64(got) < 0.9*float64(d) || float64(got) > 1.1*float64(d)) {
+			t.Errorf("median of {%v} = %v, want within 10 %%", d, got)
+		}
+	}
+}
