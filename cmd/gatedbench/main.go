@@ -96,6 +96,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "workloads" {
 		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // workload isolation and deadline cost (workloads.go)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "adaptive" {
+		os.Exit(runAdaptiveCmd(os.Args[2:], os.Stdout, os.Stderr)) // gate_concurrent=auto and lending (adaptive.go)
+	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

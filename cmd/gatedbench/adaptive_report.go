@@ -1,0 +1,433 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// scenarioResult is one scenario's runs, by contender.
+type scenarioResult struct {
+	Name, Title string
+	Capacity    float64       // plain, closed loop, P goroutines
+	Unloaded    time.Duration // plain's success p99 at 0.1× capacity
+	Loads       []float64
+	Runs        map[string][]runResult
+	Order       []string
+	Phase       time.Duration // drop and fail: the length of each phase
+}
+
+type overheadRow struct {
+	Goroutines  int
+	Fixed, Auto stat // ops/s
+	Ratio       stat // auto's time per op / fixed's
+}
+
+type overheadResult struct{ Rows []overheadRow }
+
+type adaptiveReport struct {
+	cfg       adaptiveConfig
+	start     time.Time
+	load      string
+	scenarios []*scenarioResult
+	overhead  *overheadResult
+	targets   []targetRow
+}
+
+type targetRow struct{ name, limit, measured, result string }
+
+func (r *adaptiveReport) add(s *scenarioResult) { r.scenarios = append(r.scenarios, s) }
+
+// runsAt returns the runs of contender at load.
+func (s *scenarioResult) runsAt(contender string, load float64) []runResult {
+	var out []runResult
+	for _, r := range s.Runs[contender] {
+		if r.Load == load {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func goodputs(rs []runResult) stat {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, r.Goodput)
+	}
+	return statOf(v)
+}
+
+func p99s(rs []runResult) stat {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, float64(r.P99))
+	}
+	return statOf(v)
+}
+
+func limits(rs []runResult) stat {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, meanLimit(r.Series))
+	}
+	return statOf(v)
+}
+
+func sumOf(rs []runResult, f func(runResult) int64) int64 {
+	var n int64
+	for _, r := range rs {
+		n += f(r)
+	}
+	return n / int64(max(1, len(rs)))
+}
+
+func fmtStatR(s stat, f func(float64) string) string {
+	if s.Min == s.Max {
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
+}
+
+func fops(v float64) string { return fmt.Sprintf("%.0f", v) }
+func fms(v float64) string  { return fmtDur(time.Duration(v)) }
+func flim(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+func passFail(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "FAIL"
+}
+
+func (r *adaptiveReport) target(name, limit, measured string, ok bool) {
+	r.targets = append(r.targets, targetRow{name, limit, measured, passFail(ok)})
+}
+
+// write writes adaptive.md and the charts into the output directory.
+func (r *adaptiveReport) write(stdout io.Writer) error {
+	r.targets = nil
+	var b strings.Builder
+	c := r.cfg
+	fmt.Fprintf(&b, "# gatedbench adaptive\n\n* Run: %s UTC; load average at the start %s.\n", r.start.UTC().Format("2006-01-02 15:04"), r.load)
+	fmt.Fprintf(&b, "* P = %d, Q = %d, deadline = gate_queue_wait = %v; %d rounds of %v measured after %v of warm-up at the same load; medians (min–max) over rounds.\n\n",
+		c.P, c.Q, c.deadline, c.rounds, c.duration, c.warmup)
+	var body strings.Builder
+	for _, s := range r.scenarios {
+		r.scenarioSection(&body, s)
+		if err := scenarioChart(s, filepath.Join(c.out, "adaptive-"+s.Name+".png")); err != nil {
+			return err
+		}
+	}
+	if o := r.overhead; o != nil {
+		fmt.Fprintf(&body, "## Overhead: auto against fixed B = P, closed loop SELECT 1\n\n| goroutines | fixed ops/s | auto ops/s | auto/fixed time per op |\n|---:|---:|---:|---:|\n")
+		for _, row := range o.Rows {
+			fmt.Fprintf(&body, "| %d | %s | %s | %s |\n", row.Goroutines, fmtStatR(row.Fixed, fops), fmtStatR(row.Auto, fops), fmtStatR(row.Ratio, func(v float64) string { return fmt.Sprintf("%.3f", v) }))
+			r.target(fmt.Sprintf("overhead %d goroutines: auto/fixed time per op", row.Goroutines), "≤ 1.03", fmt.Sprintf("%.3f", row.Ratio.Median), row.Ratio.Median <= 1.03)
+		}
+		body.WriteString("\n")
+	}
+	b.WriteString("## Targets\n\n| target | limit | measured | result |\n|---|---|---|---|\n")
+	for _, t := range r.targets {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.name, t.limit, t.measured, t.result)
+	}
+	b.WriteString("\n")
+	b.WriteString(body.String())
+	if err := os.WriteFile(filepath.Join(c.out, "adaptive.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	_, err := io.WriteString(stdout, b.String())
+	return err
+}
+
+func (r *adaptiveReport) scenarioSection(b *strings.Builder, s *scenarioResult) {
+	fmt.Fprintf(b, "## %s\n\n", s.Title)
+	if s.Capacity > 0 {
+		fmt.Fprintf(b, "Capacity %.0f ops/s (plain, %d goroutines, closed loop)", s.Capacity, r.cfg.P)
+		if s.Unloaded > 0 {
+			fmt.Fprintf(b, "; unloaded p99 (plain at 0.1×) %s", fmtDur(s.Unloaded))
+		}
+		b.WriteString(".\n\n")
+	}
+	fmt.Fprintf(b, "| load | contender | goodput/s | success p99 | mean limit | refused | deadline | other |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, load := range s.Loads {
+		for _, name := range s.Order {
+			rs := s.runsAt(name, load)
+			if len(rs) == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| %g× | %s | %s | %s | %s | %d | %d | %d |\n", load, name, fmtStatR(goodputs(rs), fops), fmtStatR(p99s(rs), fms),
+				fmtStatR(limits(rs), flim), sumOf(rs, func(r runResult) int64 { return r.Refused }),
+				sumOf(rs, func(r runResult) int64 { return r.Deadline }), sumOf(rs, func(r runResult) int64 { return r.Other }))
+		}
+	}
+	b.WriteString("\n")
+	for _, name := range s.Order {
+		for _, rr := range s.Runs[name] {
+			if rr.FirstOther != "" {
+				fmt.Fprintf(b, "First other error of %s: `%s`\n\n", name, rr.FirstOther)
+				break
+			}
+		}
+	}
+	switch s.Name {
+	case "cpu":
+		r.cpuTargets(b, s)
+	case "sleep":
+		for _, load := range s.Loads {
+			a, f := s.runsAt("auto", load), s.runsAt(fmt.Sprintf("B=%d", r.cfg.P), load)
+			ga, gf := goodputs(a).Median, goodputs(f).Median
+			pa, pf := p99s(a).Median, p99s(f).Median
+			r.target(fmt.Sprintf("sleep %g×: auto goodput / B=P", load), "≥ 0.95", fmt.Sprintf("%.3f (%.0f vs %.0f)", ga/gf, ga, gf), ga >= 0.95*gf)
+			r.target(fmt.Sprintf("sleep %g×: auto p99 / B=P", load), "≤ 1.05", fmt.Sprintf("%.3f (%s vs %s)", pa/pf, fms(pa), fms(pf)), pa <= 1.05*pf)
+		}
+	case "lock":
+		a, f := s.runsAt("auto", 5), s.runsAt(fmt.Sprintf("B=%d", r.cfg.P), 5)
+		ga, gf := goodputs(a).Median, goodputs(f).Median
+		pa, pf := p99s(a).Median, p99s(f).Median
+		r.target("lock 5×: auto goodput / B=P", "≥ 0.97", fmt.Sprintf("%.3f (%.0f vs %.0f)", ga/gf, ga, gf), ga >= 0.97*gf)
+		r.target("lock 5×: auto p99 vs B=P", "≤ B=P's", fmt.Sprintf("%s vs %s", fms(pa), fms(pf)), pa <= pf)
+	case "drop":
+		r.dropTargets(b, s)
+	case "fail":
+		r.failTargets(b, s)
+	case "steady":
+		r.steadyTargets(b, s)
+	case "lend":
+		idle := func(n string) string { return n + ", batch idle" }
+		sat := func(n string) string { return n + ", batch saturated" }
+		g0, g1 := goodputs(s.Runs[idle("no lending")]).Median, goodputs(s.Runs[idle("lending")]).Median
+		r.target("lend: web goodput with batch idle, lending / today", "≥ 1.2", fmt.Sprintf("%.2f (%.0f vs %.0f)", g1/g0, g1, g0), g1 >= 1.2*g0)
+		p0, p1 := p99s(s.Runs[idle("no lending")]).Median, p99s(s.Runs[sat("lending")]).Median
+		r.target("lend: web p99 with batch saturated (lending) / web alone", "≤ 1.5", fmt.Sprintf("%.2f (%s vs %s)", p1/p0, fms(p1), fms(p0)), p1 <= 1.5*p0)
+	}
+	fmt.Fprintf(b, "![%s](adaptive-%s.png)\n\n", s.Name, s.Name)
+}
+
+func (r *adaptiveReport) cpuTargets(b *strings.Builder, s *scenarioResult) {
+	best, bestName := 0.0, ""
+	for k := 1; k <= r.cfg.P; k++ {
+		n := fmt.Sprintf("B=%d", k)
+		if g := goodputs(s.runsAt(n, 5)).Median; g > best {
+			best, bestName = g, n
+		}
+	}
+	a, p := s.runsAt("auto", 5), s.runsAt(peerName, 5)
+	ga, pa := goodputs(a).Median, p99s(a).Median
+	gp, pp := goodputs(p).Median, p99s(p).Median
+	fmt.Fprintf(b, "C* = %.0f ops/s (%s).\n\n", best, bestName)
+	r.target("cpu 5×: auto goodput / C*", "≥ 95 %", fmt.Sprintf("%.1f %% (%.0f of %.0f, %s)", 100*ga/best, ga, best, bestName), ga >= 0.95*best)
+	r.target("cpu 5×: auto success p99 / unloaded", "≤ 3×", fmt.Sprintf("%.2f× (%s vs %s)", pa/float64(s.Unloaded), fms(pa), fmtDur(s.Unloaded)), pa <= 3*float64(s.Unloaded))
+	r.target("cpu 5×: auto ahead of "+peerName, "goodput and p99", fmt.Sprintf("goodput %.0f vs %.0f, p99 %s vs %s", ga, gp, fms(pa), fms(pp)), ga >= gp && pa <= pp)
+}
+
+// dropTargets: after the competing load starts, how long until every later step's p99 is within
+// 3× unloaded; after it stops, how long until the goodput (1 s moving mean) is back to 90 % of the
+// first phase's second half.
+func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
+	step := r.cfg.step.Seconds()
+	for _, name := range s.Order {
+		for _, rr := range s.Runs[name] {
+			ph := s.Phase.Seconds()
+			settle, recover := -1.0, -1.0
+			last := -1.0
+			var before, n float64
+			for _, p := range rr.Series {
+				switch {
+				case p.T >= ph/2 && p.T < ph:
+					before += p.Goodput
+					n++
+				case p.T >= ph && p.T < 2*ph:
+					if p.P99 > 3*s.Unloaded || p.Goodput == 0 {
+						last = p.T - ph + step
+					}
+				}
+			}
+			settle = max(last, 0)
+			before /= max(n, 1)
+			win := int(math.Round(1 / step))
+			for i := range rr.Series {
+				p := rr.Series[i]
+				if p.T < 2*ph || i+win > len(rr.Series) {
+					continue
+				}
+				var g float64
+				for _, q := range rr.Series[i : i+win] {
+					g += q.Goodput
+				}
+				if g/float64(win) >= 0.9*before {
+					recover = p.T - 2*ph + 1
+					break
+				}
+			}
+			fmt.Fprintf(b, "* %s round %d: p99 within 3× unloaded %.2fs after the competing load began (and stayed so); goodput back to 90 %% of before (%.0f/s) %.2fs after it stopped.\n", name, rr.Round+1, settle, before, recover)
+			if name == "auto" {
+				r.target(fmt.Sprintf("drop round %d: windowed p99 back within 3× unloaded", rr.Round+1), "≤ 5 s", fmt.Sprintf("%.2f s", settle), settle <= 5)
+				r.target(fmt.Sprintf("drop round %d: goodput back after the load stops", rr.Round+1), "≤ 10 s", fmt.Sprintf("%.2f s", recover), recover >= 0 && recover <= 10)
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+func (r *adaptiveReport) failTargets(b *strings.Builder, s *scenarioResult) {
+	rr := s.Runs["auto"][0]
+	ph := s.Phase.Seconds()
+	var settled float64
+	var n int
+	hi := [2]float64{}
+	for _, p := range rr.Series {
+		switch {
+		case p.T >= ph/2 && p.T < ph:
+			settled += p.Limit
+			n++
+		case p.T >= ph && p.T < 2*ph:
+			hi[0] = max(hi[0], p.Limit)
+		case p.T >= 2*ph:
+			hi[1] = max(hi[1], p.Limit)
+		}
+	}
+	settled /= float64(max(n, 1))
+	fmt.Fprintf(b, "Settled limit %.1f; highest while failing at once %.1f, while timing out %.1f.\n\n", settled, hi[0], hi[1])
+	r.target("fail: limit while the query fails at once", "≤ settled", fmt.Sprintf("max %.1f vs %.1f", hi[0], settled), hi[0] <= math.Ceil(settled))
+	r.target("fail: limit while the query times out", "≤ settled", fmt.Sprintf("max %.1f vs %.1f", hi[1], settled), hi[1] <= math.Ceil(settled))
+}
+
+func (r *adaptiveReport) steadyTargets(b *strings.Builder, s *scenarioResult) {
+	rr := s.Runs["auto"][0]
+	var sum float64
+	var ls []float64
+	for _, p := range rr.Series {
+		if p.T < 30 { // the first 30 s find the limit
+			continue
+		}
+		ls = append(ls, p.Limit)
+		sum += p.Limit
+	}
+	if len(ls) == 0 {
+		return
+	}
+	mean := sum / float64(len(ls))
+	in := 0
+	worst := 0.0
+	for _, l := range ls {
+		d := math.Abs(l-mean) / mean
+		worst = max(worst, d)
+		if d <= 0.15 {
+			in++
+		}
+	}
+	lo, hi := slices.Min(ls), slices.Max(ls)
+	fmt.Fprintf(b, "After the first 30 s: mean limit %.2f, per-second means %.2f–%.2f; %d of %d seconds within ±15 %% of the mean.\n\n", mean, lo, hi, in, len(ls))
+	r.target("steady 2×: per-second limit within ±15 % of its mean", "every second", fmt.Sprintf("%d of %d (worst %.0f %%)", in, len(ls), 100*worst), in == len(ls))
+}
+
+// scenarioChart draws, per load, the limit, the goodput and the p99 of successes over time, one
+// line per contender (for cpu: auto, the peer, plain, B = P and the best fixed B), first round.
+func scenarioChart(s *scenarioResult, path string) error {
+	names := s.Order
+	if s.Name == "cpu" && len(names) > 5 {
+		best, bestName := 0.0, ""
+		for _, n := range names {
+			if strings.HasPrefix(n, "B=") {
+				if g := goodputs(s.runsAt(n, 5)).Median; g > best {
+					best, bestName = g, n
+				}
+			}
+		}
+		keep := []string{"auto", peerName, plainName, names[len(names)-4]}
+		if !slices.Contains(keep, bestName) {
+			keep = append(keep, bestName)
+		}
+		names = keep
+	}
+	var cols [][3]*plot.Plot
+	type column struct {
+		load  float64
+		title string
+		runs  func(name string) []runResult
+		names []string
+	}
+	var columns []column
+	if s.Name == "lend" {
+		for _, label := range []string{"batch idle", "batch saturated"} {
+			var ns []string
+			for _, n := range names {
+				if strings.HasSuffix(n, label) {
+					ns = append(ns, n)
+				}
+			}
+			columns = append(columns, column{title: "web, " + label, runs: func(n string) []runResult { return s.Runs[n] }, names: ns})
+		}
+	} else {
+		for _, load := range s.Loads {
+			columns = append(columns, column{load: load, title: fmt.Sprintf("%s, %g×", s.Name, load), runs: func(n string) []runResult { return s.runsAt(n, load) }, names: names})
+		}
+	}
+	for _, col := range columns {
+		lp := newPlot(col.title+": limit", "seconds", "execution permits")
+		gp := newPlot("goodput", "seconds", "ops/s")
+		pp := newPlot("p99 of successes", "seconds", "ms")
+		for i, n := range col.names {
+			rs := col.runs(n)
+			if len(rs) == 0 {
+				continue
+			}
+			var lim, good, p99 plotter.XYs
+			for _, p := range rs[0].Series {
+				lim = append(lim, plotter.XY{X: p.T, Y: p.Limit})
+				good = append(good, plotter.XY{X: p.T, Y: p.Goodput})
+				p99 = append(p99, plotter.XY{X: p.T, Y: float64(p.P99) / 1e6})
+			}
+			for _, pl := range []struct {
+				p   *plot.Plot
+				xys plotter.XYs
+			}{{lp, lim}, {gp, good}, {pp, p99}} {
+				l, err := plotter.NewLine(pl.xys)
+				if err != nil {
+					return err
+				}
+				l.Color = plotutil.Color(i)
+				l.Width = vg.Points(1.2)
+				l.Dashes = plotutil.Dashes(i % 3)
+				pl.p.Add(l)
+				pl.p.Legend.Add(n, l)
+			}
+		}
+		if s.Unloaded > 0 {
+			x1 := 0.0
+			for _, n := range col.names {
+				if rs := col.runs(n); len(rs) > 0 && len(rs[0].Series) > 0 {
+					x1 = rs[0].Series[len(rs[0].Series)-1].T
+					break
+				}
+			}
+			if x1 > 0 {
+				if err := addLimit(pp, "3× unloaded p99", 0, x1, 3*float64(s.Unloaded)/1e6, 1); err != nil {
+					return err
+				}
+			}
+		}
+		lp.Y.Min, gp.Y.Min, pp.Y.Min = 0, 0, 0
+		cols = append(cols, [3]*plot.Plot{headroom(lp), headroom(gp), headroom(pp)})
+	}
+	if len(cols) == 0 {
+		return nil
+	}
+	grid := make([][]*plot.Plot, 3)
+	for _, c := range cols {
+		for i := range 3 {
+			grid[i] = append(grid[i], c[i])
+		}
+	}
+	return saveGrid(grid, path, s.Title)
+}
