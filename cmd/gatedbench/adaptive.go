@@ -297,10 +297,10 @@ type runResult struct {
 	Round     int
 
 	Arrivals, Success, Late, Refused, Deadline, Other int64
-	FirstOther                                         string
-	Goodput                                            float64
-	P50, P99                                           time.Duration
-	Series                                             []point1 // per step
+	FirstOther                                        string
+	Goodput                                           float64
+	P50, P99                                          time.Duration
+	Series                                            []point1 // per step
 }
 
 // point1 is one step of a run's time series.
