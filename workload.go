@@ -11,8 +11,9 @@ import (
 
 // A Workload is a named gate beside the default one (gate_workloads), with budgets of its own:
 // a batch job or a report given its own Workload cannot take the execution permits that
-// interactive requests need, and they cannot take its. Budgets are hard: a workload never runs
-// more than its Concurrent operations, even while other gates are idle.
+// interactive requests need, and they cannot take its. Budgets are hard unless the workload
+// lends: a workload never runs more than its Concurrent operations of its own, and only permits
+// a lending workload leaves idle serve other gates' waiters (see Lend).
 //
 // In a Config built in code the zero values are taken literally (no queue, try once); the DSN
 // gives Queue the default Concurrent and QueueWait the default gate_queue_wait.
@@ -27,6 +28,15 @@ type Workload struct {
 	// QueueWait is the longest an operation of the workload waits for an execution permit;
 	// zero means try once.
 	QueueWait time.Duration
+	// Auto makes Concurrent the workload's ceiling: its limit moves between
+	// Config.ConcurrentMin and Concurrent from the database's service times, as
+	// gate_concurrent=auto does for the default gate (DSN: the option "auto").
+	Auto bool
+	// Lend lets the workload's idle execution permits serve other gates' waiters, up to the
+	// total of all B; each comes back when the operation that borrowed it ends, so the
+	// workload's own operations wait at most for one borrowed operation to end, and never
+	// for a physical connection (DSN: the option "lend").
+	Lend bool
 }
 
 // ErrUnknownWorkload is wrapped by the error of an operation whose context names (with
@@ -93,14 +103,15 @@ func (c *Connector) WorkloadStats(name string) (Stats, bool) {
 	return s, true
 }
 
-// parseWorkloads reads gate_workloads: "name:B[:Q[:wait]],...". A missing wait is -1 until
-// ParseDSN knows gate_queue_wait.
+// parseWorkloads reads gate_workloads: "name:B[:Q[:wait[:option...]]],...", the options being
+// "auto" and "lend". A missing wait is -1 until ParseDSN knows gate_queue_wait; an empty wait
+// before options ("batch:2:2::lend") is a missing one.
 func parseWorkloads(value string) ([]Workload, error) {
 	var ws []Workload
 	for item := range strings.SplitSeq(value, ",") {
 		fields := strings.Split(item, ":")
-		if len(fields) < 2 || len(fields) > 4 {
-			return nil, fmt.Errorf("workload %s: want name:B[:Q[:wait]]", shownValue(item))
+		if len(fields) < 2 {
+			return nil, fmt.Errorf("workload %s: want name:B[:Q[:wait[:auto][:lend]]]", shownValue(item))
 		}
 		w := Workload{Name: fields[0], QueueWait: -1}
 		var err error
@@ -108,14 +119,24 @@ func parseWorkloads(value string) ([]Workload, error) {
 			return nil, fmt.Errorf("workload %s: B: %w", shownValue(w.Name), err)
 		}
 		w.Queue = w.Concurrent
-		if len(fields) > 2 {
+		if len(fields) > 2 && fields[2] != "" {
 			if w.Queue, err = parseCount(fields[2], 0); err != nil {
 				return nil, fmt.Errorf("workload %s: Q: %w", shownValue(w.Name), err)
 			}
 		}
-		if len(fields) > 3 {
+		if len(fields) > 3 && fields[3] != "" {
 			if w.QueueWait, err = parseDuration(fields[3]); err != nil {
 				return nil, fmt.Errorf("workload %s: wait: %w", shownValue(w.Name), err)
+			}
+		}
+		for _, opt := range fields[min(len(fields), 4):] {
+			switch {
+			case opt == "auto" && !w.Auto:
+				w.Auto = true
+			case opt == "lend" && !w.Lend:
+				w.Lend = true
+			default:
+				return nil, fmt.Errorf("workload %s: option %s: want auto or lend, each at most once", shownValue(w.Name), shownValue(opt))
 			}
 		}
 		ws = append(ws, w)
@@ -140,6 +161,12 @@ func formatWorkloads(ws []Workload) string {
 			b.WriteByte(',')
 		}
 		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, w.Queue, w.QueueWait)
+		if w.Auto {
+			b.WriteString(":auto")
+		}
+		if w.Lend {
+			b.WriteString(":lend")
+		}
 	}
 	return b.String()
 }
