@@ -441,7 +441,7 @@ func TestLoggerReportsConnectFailuresAndUnknownCommits(t *testing.T) {
 		}
 	}
 	fd.AllowConnects()
-	c.obs.commitUnknown(c.gate, errors.New("gated: commit outcome unknown: EOF"))
+	c.obs.commitUnknown(c.gate, nil, errors.New("gated: commit outcome unknown: EOF"))
 	db.Close()
 
 	fails := h.records("gated: opening a physical connection failed")
@@ -469,7 +469,7 @@ func TestLoggerReportsConnectFailuresAndUnknownCommits(t *testing.T) {
 
 func TestNoObserverNoLoggerCostsNoClockReading(t *testing.T) {
 	var o observer
-	if o.now() != 0 || o.acquired(nil, 0, nil) != 0 {
+	if o.now() != 0 || o.acquired(nil, 0, nil, nil) != 0 {
 		t.Error("an observer with nothing attached read the clock")
 	}
 }
