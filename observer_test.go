@@ -283,7 +283,7 @@ func TestConnectionsClosedAreCountedByReason(t *testing.T) {
 	if s.ClosedByClose != 1 || s.ClosedLifetime != 0 || s.ClosedIdleTime != 0 {
 		t.Errorf("pool stats = %+v", s)
 	}
-	if sum := s.ClosedBroken + s.ClosedLifetime + s.ClosedIdleTime + s.ClosedDeadIdle + s.ClosedByClose; sum != s.Closed {
+	if sum := s.ClosedBroken + s.ClosedLifetime + s.ClosedIdleTime + s.ClosedDeadIdle + s.ClosedByClose + s.ClosedCanceled; sum != s.Closed {
 		t.Errorf("Closed* add up to %d, Closed = %d", sum, s.Closed)
 	}
 	for r := range CloseReason(numCloseReasons) {

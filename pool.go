@@ -127,9 +127,12 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	if err != nil {
 		p.countDialFailureLocked(canceled)
 		p.releaseSlotLocked()
-		if canceled && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			// The deadline passed as the driver's i/o timeout fired: say so, as ctx.Err would.
-			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", hideBadConn(err), context.DeadlineExceeded)
+		if cerr := ctx.Err(); canceled && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// The driver reported its i/o timeout (the deadline passed): say what ended it.
+			if cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
+			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", hideBadConn(err), cerr)
 		}
 		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
 	}
