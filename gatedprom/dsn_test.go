@@ -1,19 +1,11 @@
 package gatedprom
 
 import (
-	"context"
-	"database/sql"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/obstest"
-	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -29,64 +21,10 @@ var gateMetrics = []string{
 	"gated_wait_seconds", "gated_connect_seconds", "gated_hold_seconds", "gated_statement_seconds",
 }
 
-// pgDSN is a gated DSN on the test server for inner driver drv, with params added.
-func pgDSN(t *testing.T, drv, params string) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("gate_driver", drv)
-	q.Set("application_name", fmt.Sprintf("gatedprom_test_%d", time.Now().UnixNano()%1e9))
-	extra, err := url.ParseQuery(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range extra {
-		q[k] = v
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// load runs n operations per workload on db from several goroutines at once, so that batch
-// (B=1, Q=3) both queues and refuses, and returns how many were refused.
-func load(t *testing.T, db *sql.DB, n int) (refused int) {
-	t.Helper()
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, wl := range []string{gated.DefaultWorkload, "batch"} {
-		for w := range 6 {
-			wg.Go(func() {
-				ctx := gated.WithWorkload(context.Background(), wl)
-				for i := w; i < n; i += 6 {
-					tx, err := db.BeginTx(ctx, nil)
-					if gated.IsRejected(err) {
-						mu.Lock()
-						refused++
-						mu.Unlock()
-						continue
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if _, err := tx.ExecContext(ctx, "SELECT pg_sleep(0.001)"); err != nil {
-						t.Error(err)
-					}
-					if err := tx.Commit(); err != nil {
-						t.Error(err)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	return refused
-}
+var (
+	pgDSN = obstest.PGDSN
+	load  = obstest.Load
+)
 
 // scrape fetches url and parses it as Prometheus' text format.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {

@@ -3,12 +3,18 @@
 package obstest
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/pgtest"
 )
 
 // OpenFake opens a gated DB on a new fake driver for the gate keys in params, with obs (which
@@ -77,4 +83,67 @@ func Quiet(c *gated.Connector) bool {
 		}
 	}
 	return true
+}
+
+var appSeq atomic.Int64
+
+// PGDSN is a gated DSN on the test PostgreSQL server for inner driver drv ("pgx" or
+// "postgres"), with a unique application_name and the gate keys in params (URL query syntax).
+func PGDSN(t testing.TB, drv, params string) string {
+	t.Helper()
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("gate_driver", drv)
+	q.Set("application_name", fmt.Sprintf("gated_obs_test_%d_%d", time.Now().UnixNano()%1e6, appSeq.Add(1)))
+	extra, err := url.ParseQuery(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range extra {
+		q[k] = v
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Load runs n transactions (BEGIN, pg_sleep 1 ms, COMMIT) for each of the workloads "default"
+// and "batch" on db, from six goroutines per workload at once, so that a small batch gate both
+// queues and refuses. It returns how many the gates refused; any other error fails the test.
+func Load(t testing.TB, db *sql.DB, n int) (refused int) {
+	t.Helper()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, wl := range []string{gated.DefaultWorkload, "batch"} {
+		for w := range 6 {
+			wg.Go(func() {
+				ctx := gated.WithWorkload(context.Background(), wl)
+				for i := w; i < n; i += 6 {
+					tx, err := db.BeginTx(ctx, nil)
+					if gated.IsRejected(err) {
+						mu.Lock()
+						refused++
+						mu.Unlock()
+						continue
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := tx.ExecContext(ctx, "SELECT pg_sleep(0.001)"); err != nil {
+						t.Error(err)
+					}
+					if err := tx.Commit(); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return refused
 }
