@@ -287,9 +287,11 @@ func (r registration) Unregister() error {
 // already) and registers the asynchronous instruments that read c.AllStats() at every
 // collection: the semantic conventions' counts, limits, pending requests and timeouts, and the
 // gate's own gauges and counters for every workload. Call Unregister on the result to stop
-// both. One Observer may be registered with several Connectors (give each its own pool name
-// through its own Observer to tell them apart); Observers attached side by side each get every
-// event (gated fans them out).
+// both. Register an Observer with one Connector, and give each Connector of a process an
+// Observer of its own with its own pool name. Observers attached side by side each get every
+// event (gated fans them out), so an Observer that c's Config.Observer reaches some other way
+// (a function calling it) would see every event twice: register such a Connector's Observer
+// with a Config.Observer that is o itself.
 func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	m := o.meter
 	var insts []metric.Observable
