@@ -289,9 +289,9 @@ func (r registration) Unregister() error {
 // gate's own gauges and counters for every workload. Call Unregister on the result to stop
 // both. Register an Observer with one Connector, and give each Connector of a process an
 // Observer of its own with its own pool name. Observers attached side by side each get every
-// event (gated fans them out), so an Observer that c's Config.Observer reaches some other way
-// (a function calling it) would see every event twice: register such a Connector's Observer
-// with a Config.Observer that is o itself.
+// event (gated fans them out), so an o that c's Config.Observer reaches some other way (a
+// function calling it) would see every event twice: put o itself in Config.Observer, or
+// nothing.
 func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	m := o.meter
 	var insts []metric.Observable
