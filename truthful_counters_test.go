@@ -3,7 +3,11 @@ package gated
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"log/slog"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -115,5 +119,53 @@ func warm(t *testing.T, e *pgEnv, n int) {
 	waitIdle(t, e.c)
 	if s := e.c.Stats().Pool; s.Idle != n {
 		t.Fatalf("idle = %d, want %d", s.Idle, n)
+	}
+}
+
+// timedOutConnector is an inner driver whose Connect fails as a dial does when the socket's
+// deadline, the context's, has passed: an i/o timeout, returned before the context's own timer
+// has set ctx.Err.
+type timedOutConnector struct{}
+
+func (timedOutConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+}
+func (c timedOutConnector) Driver() driver.Driver                          { return c }
+func (timedOutConnector) Open(string) (driver.Conn, error)                 { return nil, errors.New("unused") }
+func (c timedOutConnector) OpenConnector(string) (driver.Connector, error) { return c, nil }
+
+func init() { sql.Register("gated-test-timed-out", timedOutConnector{}) }
+
+// pastDeadline is a context whose deadline has passed while its Err is still nil: the moment
+// between a socket's deadline firing and the context's timer, made to last.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestDialTimedOutAtTheCallersDeadlineIsTheCallers: a dial that fails with an i/o timeout once
+// the caller's deadline has passed, before ctx.Err is set, is counted in ConnectCanceled (and
+// reported as EventConnectCanceled), not in ConnectErrors, is not logged, and its error matches
+// context.DeadlineExceeded.
+func TestDialTimedOutAtTheCallersDeadlineIsTheCallers(t *testing.T) {
+	rec := &recorder{}
+	h := &logRecorder{}
+	c, err := NewConnector(&Config{Driver: "gated-test-timed-out", MaxConns: 1, Observer: rec, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := OpenDB(c)
+	err = db.PingContext(pastDeadline{context.Background()})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want an error matching context.DeadlineExceeded", err)
+	}
+	db.Close() // writes any log line still pending
+	if s := c.Stats().Pool; s.ConnectErrors != 0 || s.ConnectCanceled != 1 {
+		t.Errorf("ConnectErrors = %d, ConnectCanceled = %d; want 0 and 1", s.ConnectErrors, s.ConnectCanceled)
+	}
+	if rec.n(EventConnectFailed) != 0 || rec.n(EventConnectCanceled) != 1 {
+		t.Errorf("events: failed %d, canceled %d; want 0 and 1", rec.n(EventConnectFailed), rec.n(EventConnectCanceled))
+	}
+	if recs := h.records("gated: opening a physical connection failed"); len(recs) != 0 {
+		t.Errorf("the caller's own deadline was logged as a connection failure: %v", recs)
 	}
 }
