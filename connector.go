@@ -101,7 +101,8 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	if cfg.Name != "" {
 		app = cfg.Name
 	}
-	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != ""})
+	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != "",
+		pgxBefore: cfg.PgxBeforeConnect, pgxAfter: cfg.PgxAfterConnect})
 	if err != nil {
 		return nil, err
 	}
