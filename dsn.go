@@ -14,6 +14,7 @@ var (
 	errUnterminated = errors.New("unterminated quoted value")
 	errBackslashEnd = errors.New("value ends with a lone backslash")
 	errStrandedKey  = errors.New("cannot be taken out: what is left for the inner driver would still hold it")
+	errStrandedForm = errors.New("cannot be taken out: what is left for the inner driver would be a keyword/value DSN that cannot be read")
 )
 
 // ParseDSN reads the gate_ keys out of dsn and returns a Config whose DSN field is the rest of
@@ -65,10 +66,11 @@ var (
 // Where a key's 0 means "none" (gate_queue, gate_queue_wait, the connection lifetimes), the
 // Config gets [None] for it, since a zero field means the default: the Config ParseDSN returns,
 // a literal with the same fields and the DSN [Config.FormatDSN] writes all give the same gate.
-// pgxpool's pool_ keys (pool_max_conns, ...) are refused with the gate_ key to use instead: the
-// inner driver would send them to the server as settings.
+// pgxpool's pool_ keys (pool_max_conns, ...) are refused with gate_driver pgx, postgres and
+// mysql, naming the gate_ key to use instead: the inner driver would send them to the server as
+// settings, which fails the first connection.
 //
-// Every error is a *[DSNError] naming the gate_ key at fault, or with an empty Key when the
+// Every error is a *[DSNError] naming the gate_ (or pool_) key at fault, or with an empty Key when the
 // keyword/value syntax itself is broken; its message holds at most that key and its value, never
 // the rest of dsn. An unknown or repeated gate_ key is an error. ParseDSN returns a nil Config
 // with any error. It is safe for concurrent use.
@@ -76,6 +78,13 @@ func ParseDSN(dsn string) (*Config, error) {
 	inner, params, err := splitParams(dsn, isGateKey)
 	if err != nil {
 		return nil, err
+	}
+	if len(params) > 0 && dsnFormOf(inner) == formKV && dsnFormOf(dsn) != formKV {
+		// Taking the keys out changed the form of what is left ("0='?gate_queue=0" leaves the
+		// keyword/value "0='"): it must still read as a DSN of its new form.
+		if _, _, err := splitParams(inner, isGateKey); err != nil {
+			return nil, &DSNError{Key: params[0].key, Err: errStrandedForm}
+		}
 	}
 	c := &Config{DSN: inner}
 	seen := make(map[string]bool, len(params))
