@@ -163,8 +163,8 @@ var (
 // NewConfig returns a Config with the defaults a DSN without gate_ keys gets, spelled out:
 // Driver "pgx", MaxConns 10, Concurrent 10, Queue 10, QueueWait 1s, MaxConnLifetime 1h,
 // MaxConnIdleTime 30m and an empty DSN (MaxConnLifetimeJitter stays zero, its default, a tenth of
-// MaxConnLifetime). The zero Config has the same defaults, except that NewConnector derives
-// Concurrent and Queue from MaxConns; with NewConfig, set all three.
+// MaxConnLifetime). &Config{} gives the same gate. The values are spelled out, so changing
+// MaxConns alone leaves Concurrent and Queue at 10, where in &Config{MaxConns: 4} they follow it.
 func NewConfig() *Config {
 	return &Config{
 		Driver:          defaultDriver,

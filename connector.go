@@ -180,7 +180,8 @@ func (c *Connector) Close() error {
 
 func (c *Connector) isClosed() bool { return c.closed.Load() }
 
-// Config returns a copy of the Connector's configuration, defaults filled in.
+// Config returns a copy of the Connector's configuration, defaults filled in: [None] where none
+// was asked for, and a zero MaxConnLifetimeJitter for its default, a tenth of MaxConnLifetime.
 func (c *Connector) Config() *Config { return c.cfg.Clone() }
 
 // Stats returns a snapshot of the default gate and the physical pool; see [Connector.WorkloadStats]

@@ -79,7 +79,10 @@
 // gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
 // gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
 // each with its default. A [Config] built in code has the same defaults: a zero field means the
-// default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0).
+// default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
+// TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
+// [Config.PgxAfterConnect], which run for every physical connection. pgxpool's pool_ keys are
+// refused, naming the gate_ key to use instead.
 //
 // # Workloads
 //

@@ -117,8 +117,9 @@ func ParseDSN(dsn string) (*Config, error) {
 // writes only the keys whose value differs from what ParseDSN would default it to, in a fixed
 // order, after filling in the defaults of c's zero fields as NewConnector does; a None is written
 // 0. The keys go in front of a keyword/value or empty c.DSN ("gate_concurrent=4 host=db") and
-// into the query of any other ("postgres://db/app?sslmode=require&gate_concurrent=4"). FormatDSN
-// does not validate c and does not change it.
+// into the query of any other ("postgres://db/app?sslmode=require&gate_concurrent=4"). Observer,
+// Logger and the pgx hooks have no key and are not written. FormatDSN does not validate c and
+// does not change it.
 func (c *Config) FormatDSN() string {
 	d := c.Clone()
 	d.fillDefaults()
