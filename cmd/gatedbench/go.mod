@@ -3,7 +3,7 @@ module github.com/gatedsql/gated/cmd/gatedbench
 go 1.26.0
 
 require (
-	github.com/gatedsql/gated v0.0.0
+	github.com/gatedsql/gated v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	go.opentelemetry.io/otel/sdk v1.47.0
