@@ -56,8 +56,9 @@ type Config struct {
 	QueueOrder string
 
 	// Observer, when not nil, receives every measurement as it happens (see [Observer]); set it
-	// in code, there is no DSN key. Nil (the default) costs nothing; an Observer attached costs
-	// a few clock readings per operation and no allocation.
+	// in code, there is no DSN key, or attach Observers to the Connector later with
+	// [Connector.Attach]. Nil (the default) costs nothing; an Observer attached costs a few
+	// clock readings per operation and no allocation.
 	Observer Observer
 	// Logger, when not nil, receives connection failures (at most one line per second,
 	// counting the others), every commit whose outcome is unknown, and refusals summarized at

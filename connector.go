@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"iter"
 	"sync"
 	"sync/atomic"
 )
@@ -192,6 +193,50 @@ func (c *Connector) Stats() Stats {
 	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
 	return s
+}
+
+// AllStats yields a snapshot of every gate, the workload's name with its Stats: "default" first,
+// then the workloads of gate_workloads in the order they were given, as [Connector.Workloads]
+// names them. Every Stats carries the same snapshot of the shared physical pool, taken once
+// before the first gate's. Each gate's snapshot is taken when it is yielded, so that a loop that
+// stops early reads no more. Safe for concurrent use; exporters (gatedprom, gatedotel) and the
+// Rejecter read every workload through it.
+func (c *Connector) AllStats() iter.Seq2[string, Stats] {
+	return func(yield func(string, Stats) bool) {
+		var pool PoolStats
+		c.pool.stats(&pool)
+		for _, g := range c.set.gates() {
+			s := Stats{Pool: pool}
+			g.stats(&s)
+			g.wl.stats(&s)
+			if !yield(g.name, s) {
+				return
+			}
+		}
+	}
+}
+
+// Attach attaches o to the Connector from now on, beside [Config.Observer] and any Observer
+// attached before: every event goes to each of them, in the order they were attached (fan-out;
+// attaching one Observer twice makes it see every event twice). It returns the function that
+// detaches o again, which is idempotent. An operation that was already running when o was
+// attached reports its durations measured from then on as 0. Connectors sharing a gate_name
+// share their gates, so o sees the events of them all. Nothing attached costs nothing; with
+// Observers attached an operation allocates nothing more. Safe for concurrent use.
+//
+// This is how gatedprom's and gatedotel's collectors get their histograms from a Connector that
+// sql.Open made from a DSN:
+//
+//	db, err := sql.Open("gated", dsn)
+//	...
+//	c, _ := gated.FromDB(db)
+//	detach := c.Attach(obs)
+//	defer detach()
+func (c *Connector) Attach(o Observer) (detach func()) {
+	if o == nil {
+		return func() {}
+	}
+	return c.obs.attach(o)
 }
 
 // admissionLimit is Σ(B+Q) over all gates: the most operations inside them at once.

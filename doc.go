@@ -105,7 +105,8 @@
 //
 // # Errors
 //
-// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells); a context that
+// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells), returned as a
+// [*RejectedError] that names the workload whose gate refused and why; a context that
 // ends before the operation got its permit yields an error wrapping [ErrWaitCanceled] and the
 // context's error. [ErrCommitUnknown] means a COMMIT left the process and no answer came back.
 //
@@ -120,13 +121,18 @@
 // # Observability
 //
 // [Connector.Stats] reports running and waiting operations, refusals, wait time and the physical
-// pool; [FromDB] finds the Connector behind a *sql.DB.
+// pool; [Connector.AllStats] yields every workload's gate; [FromDB] finds the Connector behind a
+// *sql.DB. The pool's counters say whose fault a failure was: an attempt cut short by the
+// caller's own context or deadline is ConnectCanceled, never ConnectErrors or ClosedDeadIdle.
 //
-// For distributions and events, set [Config.Observer]: an [Observer] receives every wait,
-// connect, hold and statement duration and every refusal, timeout and connection event, with no
-// cost when none is attached and no allocation per operation when one is. The modules gatedprom
-// (Prometheus) and gatedotel (OpenTelemetry) provide one. [Config.Logger] logs connection
-// failures, unknown commits and refusals summarized at most once per second per workload.
+// For distributions and events, attach an [Observer] ([Connector.Attach], or [Config.Observer]
+// before the Connector is made): it receives every wait, connect, hold and statement duration
+// and every refusal, timeout and connection event, with the operation's context, with no cost
+// when none is attached and no allocation per operation when one is. The modules gatedprom
+// (Prometheus) and gatedotel (OpenTelemetry, metrics and span events) attach theirs, so a
+// Connector that sql.Open made from a DSN exports everything. [Config.Logger] logs only what an
+// operator must act on: connection failures of the server or the network, unknown commits and
+// refusals summarized at most once per second per workload.
 //
 // # Caveats
 //

@@ -3,6 +3,7 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -121,12 +122,20 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 		err = ctx.Err()
 	}
 	sock := slot.Load()
-	p.obs.dialed(start, ctx, err)
+	canceled := callerEnded(ctx, err)
+	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.countDialFailureLocked(ctx)
+		p.countDialFailureLocked(canceled)
 		p.releaseSlotLocked()
+		if cerr := ctx.Err(); canceled && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// The driver reported its i/o timeout (the deadline passed): say what ended it.
+			if cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
+			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", hideBadConn(err), cerr)
+		}
 		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
 	}
 	p.opened++
@@ -335,7 +344,11 @@ func (p *pool) ready(ctx context.Context, pc *physConn, g *gate) (*physConn, err
 		if err == nil {
 			return pc, nil
 		}
-		pc.closedFor = CloseDeadIdle
+		if callerEnded(ctx, err) {
+			p.checkCanceled(ctx, pc, err) // the caller's deadline cut the check short: not dead
+		} else {
+			pc.closedFor = CloseDeadIdle
+		}
 		if !p.destroyWithin(ctx, pc, g) {
 			return nil, fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
 		}
