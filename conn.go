@@ -24,8 +24,12 @@ type conn struct {
 	g      *gate
 	pc     *physConn
 	fresh  bool // nothing that created session state ran on pc in this binding: a broken pc may be swapped
-	txOpen bool // a transaction began on pc and has not ended
+	txOpen bool // a transaction began on pc through BeginTx and has not ended
 	closed bool
+
+	// The call of a query that succeeded, handed by run to the rows that end it (QueryContext).
+	handed call
+	rows   rows // the rows of the binding's query, when no earlier rows of it are open
 
 	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
 }
@@ -89,9 +93,7 @@ func (cn *conn) unbind() {
 		g.release(nil)
 		return
 	}
-	if !pc.inner.unwatch() {
-		pc.broken = true // a context ended and cut the socket's calls short
-	}
+	pc.endLeftoverWatch()
 	if cn.txOpen {
 		// The transaction was neither committed nor rolled back.
 		cn.txOpen = false
@@ -99,14 +101,34 @@ func (cn *conn) unbind() {
 	}
 	if pc.reusable() {
 		pc.used = true
-		pc.inner.rested()
+		pc.rested()
 		g.release(pc)
 		return
 	}
 	cn.c.pool.destroyAsync(pc, func() { g.release(nil) })
 }
 
-// run calls op on the bound physical connection.
+// An opKind says what an operation leaves behind, for run.
+type opKind uint8
+
+const (
+	opSession opKind = iota // may create session state (exec; begin)
+	opFresh                 // creates no session state a replacement would lose (prepare, ping)
+	opRows                  // a query: on success its call goes on until the rows close
+)
+
+// run is runAs for an operation that creates session state (exec, begin) or, with keepsFresh,
+// none (prepare, ping).
+func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
+	if keepsFresh {
+		return cn.runAs(ctx, opFresh, op)
+	}
+	return cn.runAs(ctx, opSession, op)
+}
+
+// runAs calls op on the bound physical connection, as one call (call.go) under ctx: begun before
+// op and ended when op returns, also when it panics, except that the call of a query that
+// succeeded (opRows) is handed to its rows (cn.handed), which end it at Close.
 //
 // When op fails and gated knows that nothing was sent (see innerConn.unsent: for pgx and lib/pq
 // no byte left the socket, for other drivers driver.ErrBadConn) on a binding without session
@@ -115,40 +137,46 @@ func (cn *conn) unbind() {
 // is still held by the connection being destroyed. Anything that may have reached the server is
 // never run again, and its error never wraps driver.ErrBadConn, so database/sql does not retry
 // it either. Dead idle connections are finite, so replays end; connections opened for this
-// operation that fail too end them after maxPhysicalTries. keepsFresh is true for operations
-// that create no session state a replacement would lose (prepare, ping).
+// operation that fail too end them after maxPhysicalTries.
 //
 // A panic in op (an argument's Value method, say) ends a binding this call made, destroying the
 // physical connection whose state is unknown, before it goes on: database/sql does not return
 // a connection whose call panicked, and the permit would be lost.
-func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
+func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error) error {
 	made := cn.g == nil
 	if err := cn.bind(ctx); err != nil {
 		return err
 	}
+	var cl call
 	defer func() {
 		if r := recover(); r != nil {
+			cl.end()
 			cn.abandon(made)
 			panic(r)
 		}
 	}()
 	for newTries := 0; ; {
 		pc := cn.pc
-		pc.inner.watch(ctx)
 		pc.sweep(cn.c.stmts)
-		before := pc.inner.sent()
+		cl = pc.startCall(ctx)
+		before := cl.before
 		wasFresh := cn.fresh
 		start := cn.c.obs.now()
 		err := op(pc)
+		if err == nil && kind == opRows {
+			cn.handed, cl = cl, call{}
+		} else {
+			cl.end()
+		}
 		cn.c.obs.statement(cn.g, start, ctx, err)
 		if err == nil {
-			if !keepsFresh {
+			if kind != opFresh {
 				cn.fresh = false
 			}
 			return nil
 		}
 		if !pc.inner.unsent(err, before) {
-			if !keepsFresh {
+			if kind != opFresh {
 				cn.fresh = false
 			}
 			return opError(ctx, err, wasFresh)
@@ -204,7 +232,6 @@ func (cn *conn) abandon(made bool) {
 func (cn *conn) replace(ctx context.Context) error {
 	old := cn.pc
 	cn.pc = nil
-	old.inner.unwatch()
 	old.closedFor = CloseDeadIdle
 	pc, err := cn.c.pool.retire(ctx, old, cn.g)
 	if err != nil {
@@ -249,7 +276,9 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	var inner driver.Tx
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
 		var set string
-		if cn.c.lim.deadline {
+		if cn.c.lim.deadline && pc.tx == 'I' {
+			// Not inside a transaction the application began with BEGIN: gated sends nothing
+			// of its own there.
 			set = cn.c.lim.txSet(ctx, pc)
 		}
 		inner, err = pc.begin(ctx, opts, set)
@@ -289,20 +318,23 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 // are returned as they are: database/sql keeps the connection, and so the binding, until
 // rows.Close.
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	var rows driver.Rows
-	err := cn.run(ctx, false, func(pc *physConn) (err error) {
+	var rs driver.Rows
+	err := cn.runAs(ctx, opRows, func(pc *physConn) (err error) {
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
 		defer cn.c.lim.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
-			rows, err = pc.query(ctx, query, args)
+			rs, err = pc.query(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
 				return err
 			}
 		}
 	})
-	return rows, err
+	if err != nil {
+		return nil, err
+	}
+	return cn.rowsOf(rs), nil
 }
 
 // mayRetryStale reports whether an unprepared query that failed with err may run once more: the
@@ -375,10 +407,13 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 	return cn.pc.conn, nil
 }
 
-// limitSession gives a statement outside a transaction its server-side limit (timeout.go).
-// Inside a transaction the limit was set with SET LOCAL when it began.
+// limitSession gives a statement outside a transaction its server-side limit (timeout.go). It
+// sends nothing unless the server reported the session idle: inside a transaction begun with
+// BeginTx the limit was set with SET LOCAL when it began, and inside one the application began
+// itself (BEGIN on a pinned *sql.Conn) gated sends nothing of its own: a ROLLBACK would undo it
+// behind gated's back, and in a failed transaction the server refuses it.
 func (cn *conn) limitSession(ctx context.Context, pc *physConn) error {
-	if !cn.c.lim.deadline || cn.txOpen {
+	if !cn.c.lim.deadline || pc.tx != 'I' {
 		return nil
 	}
 	return cn.c.lim.applySession(ctx, pc)

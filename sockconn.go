@@ -37,11 +37,9 @@ type sockConn struct {
 
 	// lib/pq only.
 	drainOnClose bool
-	cutOnConnect bool        // pool.dial's context bounds the connection's set-up
-	busy         atomic.Bool // an operation used the connection since it was last idle
-	stop         func() bool // ends the current watch; nil when none
-	mu           sync.Mutex
-	watchGen     uint64                // guarded by mu: changes when a watch ends, so a late expiry does nothing
+	cutOnConnect bool                  // pool.dial's context bounds the connection's set-up
+	busy         atomic.Bool           // a call ran on the connection since it was last idle
+	live         *sockWatch            // the watch of the call in flight, nil when none; used by that call's goroutine only
 	expiredBy    atomic.Pointer[error] // the context's error, once a watch cut the socket's calls short
 
 	once     sync.Once
@@ -78,7 +76,6 @@ func (s *sockConn) Write(b []byte) (int, error) {
 // Terminate. A connection abandoned while connecting, or closed while idle, is closed at once.
 func (s *sockConn) Close() error {
 	s.once.Do(func() {
-		s.endWatch()
 		if s.drainOnClose && s.busy.Load() {
 			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				// lib/pq closes its socket itself, in the caller's goroutine, when a context
@@ -115,36 +112,57 @@ func (s *sockConn) awaitDrain() {
 // only when the server does not answer, as in a network partition.
 const cancelGrace = 100 * time.Millisecond
 
-// watch makes the socket fail its blocking calls once ctx has ended for grace, until unwatch.
-func (s *sockConn) watch(ctx context.Context, grace time.Duration) {
-	s.unwatch()
-	if ctx.Done() == nil {
-		return
+// A sockWatch is one driver call's context watch on a lib/pq socket: once the call's context has
+// ended for the grace, the socket's blocking calls fail, until the call ends. It belongs to the
+// call that armed it (see call), which ends it when it returns; an expiry that comes later does
+// nothing. A socket has at most one: a call that begins while another's watch is armed (the open
+// rows of a query) arms none, and the socket stays guarded by the first.
+type sockWatch struct {
+	s    *sockConn
+	stop func() bool // context.AfterFunc's
+
+	mu    sync.Mutex
+	ended bool // guarded by mu: the call returned
+	fired bool // guarded by mu: the watch cut the socket's calls short
+}
+
+// watch arms a watch for a call under ctx, or returns nil when ctx never ends or another call's
+// watch is armed. It allocates only when it arms one.
+func (s *sockConn) watch(ctx context.Context, grace time.Duration) *sockWatch {
+	if ctx.Done() == nil || s.live != nil {
+		return nil
 	}
-	s.mu.Lock()
-	gen := s.watchGen
-	s.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, func() {
+	w := &sockWatch{s: s}
+	s.live = w
+	w.stop = context.AfterFunc(ctx, func() {
 		if grace > 0 {
 			t := time.NewTimer(grace)
 			<-t.C
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.watchGen == gen {
-			s.expireLocked(ctx)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.ended {
+			w.fired = true
+			s.expire(ctx)
 		}
 	})
+	return w
+}
+
+// end ends the watch when its call returns, and reports whether it cut the socket's calls short:
+// the socket's deadline has passed, and the connection's protocol state is unknown.
+func (w *sockWatch) end() (cutShort bool) {
+	w.stop()
+	w.mu.Lock()
+	w.ended = true
+	cutShort = w.fired
+	w.mu.Unlock()
+	w.s.live = nil
+	return cutShort
 }
 
 // expire makes the socket's blocking calls fail now, their errors wrapping ctx's.
 func (s *sockConn) expire(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.expireLocked(ctx)
-}
-
-func (s *sockConn) expireLocked(ctx context.Context) {
 	err := context.Cause(ctx)
 	s.expiredBy.Store(&err)
 	s.Conn.SetDeadline(time.Now())
@@ -181,25 +199,6 @@ func (e *cutShortError) Error() string {
 
 func (e *cutShortError) Unwrap() []error { return []error{e.ctx, e.err} }
 func (e *cutShortError) Timeout() bool   { return true }
-
-// unwatch ends the watch; it reports false when the context ended meanwhile: the socket's
-// deadline may have passed, or may yet.
-func (s *sockConn) unwatch() bool {
-	if s.stop == nil {
-		return true
-	}
-	ok := s.stop()
-	s.stop = nil
-	s.endWatch()
-	return ok
-}
-
-// endWatch makes a pending expiry of the current watch do nothing.
-func (s *sockConn) endWatch() {
-	s.mu.Lock()
-	s.watchGen++
-	s.mu.Unlock()
-}
 
 // netConnSlot is the context key under which pool.dial asks gated's dialers for the socket of
 // the connection being made. Only dials that carry it are wrapped: pgx's cancel requests dial

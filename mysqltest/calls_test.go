@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
 )
 
 // A statement on a binding that is cut short by its context and followed by another call on the
@@ -70,4 +69,3 @@ func timedOut(t *testing.T, queryRow func(context.Context, string, ...any) *sql.
 		t.Fatalf("%s under a 300ms deadline: %v, want context.DeadlineExceeded", query, err)
 	}
 }
-
