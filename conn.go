@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -13,25 +12,17 @@ import (
 const maxPhysicalTries = 3
 
 // A conn is the virtual connection database/sql pools. It costs a small struct and no I/O until
-// its first operation binds it: admission permit, execution permit, physical connection. The
-// binding lasts until database/sql returns the connection to its pool (IsValid) or closes it.
+// its first operation binds it (binding.go): execution permit, physical connection. The binding
+// lasts until database/sql returns the connection to its pool (IsValid) or closes it.
 // database/sql serializes calls on one driver connection, so conn needs no lock of its own.
 type conn struct {
 	c *Connector
-
-	// The current binding; g is nil when unbound. pc may be nil while g is set, after a failed
-	// replacement of a broken physical connection: the permit is still held until unbind.
-	g      *gate
-	pc     *physConn
-	fresh  bool // nothing that created session state ran on pc in this binding: a broken pc may be swapped
-	txOpen bool // a transaction began on pc through BeginTx and has not ended
+	binding
 	closed bool
 
-	// The call of a query that succeeded, handed by run to the rows that end it (QueryContext).
+	// The call of a query that succeeded, handed by runAs to the rows that end it (rowsOf).
 	handed call
 	rows   rows // the rows of the binding's query, when no earlier rows of it are open
-
-	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
 }
 
 var (
@@ -57,56 +48,15 @@ func (cn *conn) bind(ctx context.Context) error {
 	if cn.closed {
 		return driver.ErrBadConn // database/sql never uses a closed conn; be safe if it did
 	}
-	g, err := cn.c.gateFor(ctx)
-	if err != nil {
-		return err
-	}
-	start := cn.c.obs.now()
-	pc, err := g.acquire(ctx)
-	cn.since = cn.c.obs.acquired(g, start, err)
-	if err != nil {
-		return err
-	}
-	pc, err = cn.c.pool.ready(ctx, pc, g)
-	cn.c.obs.connected(g, cn.since, err)
-	if err != nil {
-		return err // ready has released the permit, or handed it to a cleanup that will
-	}
-	cn.g, cn.pc, cn.fresh = g, pc, true
-	return nil
+	return cn.binding.bind(ctx, cn.c)
 }
 
 // errNoPhysical is returned for calls made after the binding lost its physical connection and
 // could not get another; the permit is released when database/sql returns the connection.
 var errNoPhysical = errors.New("gated: the operation's physical connection failed and no replacement could be opened")
 
-// unbind ends the binding: a healthy physical connection goes to the next waiter or idle, a
-// broken one is destroyed in the background and its permit released after that. Never blocks.
-func (cn *conn) unbind() {
-	g, pc := cn.g, cn.pc
-	if g == nil {
-		return
-	}
-	cn.g, cn.pc = nil, nil
-	cn.c.obs.held(g, cn.since)
-	if pc == nil {
-		g.release(nil)
-		return
-	}
-	pc.endLeftoverWatch()
-	if cn.txOpen {
-		// The transaction was neither committed nor rolled back.
-		cn.txOpen = false
-		pc.broken = true
-	}
-	if pc.reusable() {
-		pc.used = true
-		pc.rested()
-		g.release(pc)
-		return
-	}
-	cn.c.pool.destroyAsync(pc, func() { g.release(nil) })
-}
+// unbind ends the binding, if any (binding.unbind).
+func (cn *conn) unbind() { cn.binding.unbind(cn.c) }
 
 // An opKind says what an operation leaves behind, for run.
 type opKind uint8
@@ -192,7 +142,7 @@ func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error
 				return fmt.Errorf("gated: %d new physical connections failed before the statement was sent: %w", newTries, hideBadConn(err))
 			}
 		}
-		if err := cn.replace(ctx); err != nil {
+		if err := cn.binding.replace(ctx, cn.c.pool); err != nil {
 			return err
 		}
 	}
@@ -224,22 +174,6 @@ func (cn *conn) abandon(made bool) {
 	if made {
 		cn.unbind()
 	}
-}
-
-// replace destroys the broken physical connection and binds another, keeping the permit. The
-// destroy finishes first (the permit follows the cleanup, I4); when ctx ends before it does,
-// the permit goes to the cleanup, the binding ends, and replace returns the context's error.
-func (cn *conn) replace(ctx context.Context) error {
-	old := cn.pc
-	cn.pc = nil
-	old.closedFor = CloseDeadIdle
-	pc, err := cn.c.pool.retire(ctx, old, cn.g)
-	if err != nil {
-		cn.g = nil // retire released the permit, or handed it to the cleanup
-		return err
-	}
-	cn.pc = pc
-	return nil
 }
 
 // PrepareContext binds the connection and prepares query on the physical connection, so that
