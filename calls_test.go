@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,7 +31,7 @@ func execWithDeadline(t *testing.T, ex interface {
 }
 
 func TestCommitAfterAnEarlierStatementsContextWasCanceledCommits(t *testing.T) {
-	runPG(t, "gate_max_conns=2", func(t *testing.T, e *pgEnv) {
+	runPG(t, "gate_max_conns=2&sslmode=require", func(t *testing.T, e *pgEnv) {
 		table := pgTable(t, e.adm, "id int primary key")
 		tx, err := e.db.BeginTx(context.Background(), nil)
 		if err != nil {
@@ -127,7 +128,7 @@ func TestExplicitTransactionOnAPinnedConnDoesNotLeakTheDeadline(t *testing.T) {
 // would refuse it with 25P02), the caller's ROLLBACK reaches the server, and no later caller finds
 // the connection in the aborted transaction.
 func TestFailedStatementInAnExplicitTransactionIsRolledBackByTheCaller(t *testing.T) {
-	for _, params := range []string{"gate_max_conns=1&gate_statement_timeout=deadline", "gate_max_conns=1"} {
+	for _, params := range []string{"gate_max_conns=1&gate_statement_timeout=deadline", "gate_max_conns=1", "gate_max_conns=1&gate_statement_timeout=deadline&sslmode=require"} {
 		t.Run(params, func(t *testing.T) {
 			runPG(t, params, func(t *testing.T, e *pgEnv) {
 				c, err := e.db.Conn(context.Background())
@@ -162,7 +163,7 @@ func TestFailedStatementInAnExplicitTransactionIsRolledBackByTheCaller(t *testin
 // TestConnLeftInAnExplicitTransactionIsNotReused: a pinned connection closed inside a
 // transaction the application began with BEGIN (never ended) must not serve the next caller.
 func TestConnLeftInAnExplicitTransactionIsNotReused(t *testing.T) {
-	runPG(t, "gate_max_conns=1", func(t *testing.T, e *pgEnv) {
+	runPG(t, "gate_max_conns=1&sslmode=require", func(t *testing.T, e *pgEnv) {
 		c, err := e.db.Conn(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -181,4 +182,58 @@ func TestConnLeftInAnExplicitTransactionIsNotReused(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLibPQTransactionStatusIsRead: gated reads the transaction status lib/pq recorded from the
+// server's last ReadyForQuery, also over TLS, where the socket gated sees carries only
+// ciphertext, and without allocating.
+func TestLibPQTransactionStatusIsRead(t *testing.T) {
+	for _, params := range []string{"gate_max_conns=1&sslmode=disable", "gate_max_conns=1&sslmode=require"} {
+		t.Run(params, func(t *testing.T) {
+			withPG(t, "", "postgres", params, func(t *testing.T, e *pgEnv) {
+				ctx := context.Background()
+				c, err := e.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				status := func() (s byte) {
+					t.Helper()
+					if err := c.Raw(func(dc any) error {
+						inner, err := Unwrap(ctx, dc)
+						if err != nil {
+							return err
+						}
+						s = pqTxStatus(inner)
+						if a := testing.AllocsPerRun(100, func() { pqTxStatus(inner) }); a != 0 {
+							t.Errorf("reading lib/pq's transaction status allocates %v times", a)
+						}
+						return nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				for _, step := range []struct {
+					query string
+					want  byte
+				}{{"SELECT 1", 'I'}, {"BEGIN", 'T'}, {"SELECT 1/0", 'E'}, {"ROLLBACK", 'I'}} {
+					c.ExecContext(ctx, step.query)
+					if got := status(); got != step.want {
+						t.Errorf("after %s: transaction status %q, want %q", step.query, got, step.want)
+					}
+				}
+				var tls bool
+				if err := e.adm.QueryRow("SELECT bool_or(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = $1", e.app).Scan(&tls); err != nil {
+					t.Fatal(err)
+				}
+				if want := strings.Contains(params, "require"); tls != want {
+					t.Fatalf("the connection uses TLS: %v, want %v", tls, want)
+				}
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }
