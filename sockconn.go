@@ -41,6 +41,8 @@ type sockConn struct {
 	busy         atomic.Bool           // a call ran on the connection since it was last idle
 	live         *sockWatch            // the watch of the call in flight, nil when none; used by that call's goroutine only
 	expiredBy    atomic.Pointer[error] // the context's error, once a watch cut the socket's calls short
+	mu           sync.Mutex
+	closing      bool // guarded by mu: Close began; nothing expires the socket any more
 
 	once     sync.Once
 	closeErr error
@@ -76,6 +78,10 @@ func (s *sockConn) Write(b []byte) (int, error) {
 // Terminate. A connection abandoned while connecting, or closed while idle, is closed at once.
 func (s *sockConn) Close() error {
 	s.once.Do(func() {
+		// From now on no watch expires the socket: its deadline would end the drain early.
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
 		if s.drainOnClose && s.busy.Load() {
 			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				// lib/pq closes its socket itself, in the caller's goroutine, when a context
@@ -161,8 +167,14 @@ func (w *sockWatch) end() (cutShort bool) {
 	return cutShort
 }
 
-// expire makes the socket's blocking calls fail now, their errors wrapping ctx's.
+// expire makes the socket's blocking calls fail now, their errors wrapping ctx's, unless the
+// socket is being closed.
 func (s *sockConn) expire(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
 	err := context.Cause(ctx)
 	s.expiredBy.Store(&err)
 	s.Conn.SetDeadline(time.Now())
