@@ -23,8 +23,8 @@ import "context"
 type call struct {
 	pc     *physConn
 	ctx    context.Context
-	before int64      // bytes pc had written when the call began; -1 when gated does not see the socket
-	w      *sockWatch // the call's watch; nil when none
+	before int64     // bytes pc had written when the call began; -1 when gated does not see the socket
+	w      sockWatch // the call's watch; none when the driver needs none or ctx never ends
 }
 
 // startCall begins a call under ctx on pc.
@@ -49,7 +49,7 @@ func (c *call) end() {
 		return
 	}
 	c.pc = nil
-	if c.w != nil && c.w.end() {
+	if c.w.end() {
 		pc.broken = true // its socket's deadline has passed
 	}
 	if c.ctx.Err() != nil && !pc.inner.alive() {
@@ -64,7 +64,7 @@ func (c *call) end() {
 // not closed first (database/sql closes them, so only after a panic). A watch must not outlive
 // its binding; one that cut the socket short leaves the connection broken.
 func (pc *physConn) endLeftoverWatch() {
-	if pc.sock != nil && pc.sock.live != nil && pc.sock.live.end() {
+	if pc.sock != nil && pc.sock.endWatch(anyWatch) {
 		pc.broken = true
 	}
 }

@@ -27,7 +27,7 @@ func TestWatchThatFiresAfterItsCallEndedDoesNothing(t *testing.T) {
 		s, peer := pipeSock(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		w := s.watch(ctx, cancelGrace)
-		if w == nil {
+		if !w.armed() {
 			t.Fatal("no watch armed for a context that can end")
 		}
 		if w.end() {
@@ -76,15 +76,15 @@ func TestASocketHasOneWatchAtATime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rowsWatch := s.watch(ctx, cancelGrace)
-	if second := s.watch(ctx, cancelGrace); second != nil {
+	if second := s.watch(ctx, cancelGrace); second.armed() {
 		t.Fatal("a second watch was armed while the first call's watch is")
 	}
 	rowsWatch.end()
-	if w := s.watch(context.Background(), cancelGrace); w != nil {
+	if w := s.watch(context.Background(), cancelGrace); w.armed() {
 		t.Fatal("a watch was armed for a context that never ends")
 	}
 	w := s.watch(ctx, cancelGrace)
-	if w == nil {
+	if !w.armed() {
 		t.Fatal("no watch armed once the earlier one ended")
 	}
 	w.end()

@@ -105,6 +105,9 @@ func TestExplicitTransactionOnAPinnedConnDoesNotLeakTheDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := c.PingContext(context.Background()); err != nil { // connected before the short deadline
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		_, err = c.ExecContext(ctx, "BEGIN")
 		cancel()

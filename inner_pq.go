@@ -129,12 +129,12 @@ func (c *pqConn) endFailedTx() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endFailedTxTimeout)
 	defer cancel()
-	var w *sockWatch
+	var w sockWatch
 	if c.sock != nil {
 		w = c.sock.watch(ctx, 0)
 	}
 	ok := sendRollback(c.dc, ctx)
-	if w != nil && w.end() {
+	if w.end() {
 		return false
 	}
 	return ok && c.idle()

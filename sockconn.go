@@ -39,10 +39,13 @@ type sockConn struct {
 	drainOnClose bool
 	cutOnConnect bool                  // pool.dial's context bounds the connection's set-up
 	busy         atomic.Bool           // a call ran on the connection since it was last idle
-	live         *sockWatch            // the watch of the call in flight, nil when none; used by that call's goroutine only
 	expiredBy    atomic.Pointer[error] // the context's error, once a watch cut the socket's calls short
 	mu           sync.Mutex
-	closing      bool // guarded by mu: Close began; nothing expires the socket any more
+	// Guarded by mu.
+	watching bool   // a call's watch is armed (sockWatch)
+	watchGen uint64 // changes when a watch ends, so that its late expiry does nothing
+	cutShort bool   // the armed watch expired the socket
+	closing  bool   // Close began: nothing expires the socket any more (it would end the drain)
 
 	once     sync.Once
 	closeErr error
@@ -122,56 +125,84 @@ const cancelGrace = 100 * time.Millisecond
 // ended for the grace, the socket's blocking calls fail, until the call ends. It belongs to the
 // call that armed it (see call), which ends it when it returns; an expiry that comes later does
 // nothing. A socket has at most one: a call that begins while another's watch is armed (the open
-// rows of a query) arms none, and the socket stays guarded by the first.
+// rows of a query) arms none, and the socket stays guarded by the first. The zero value is no
+// watch.
 type sockWatch struct {
 	s    *sockConn
 	stop func() bool // context.AfterFunc's
-
-	mu    sync.Mutex
-	ended bool // guarded by mu: the call returned
-	fired bool // guarded by mu: the watch cut the socket's calls short
+	gen  uint64      // the socket's watchGen while this watch is armed
 }
 
-// watch arms a watch for a call under ctx, or returns nil when ctx never ends or another call's
-// watch is armed. It allocates only when it arms one.
-func (s *sockConn) watch(ctx context.Context, grace time.Duration) *sockWatch {
-	if ctx.Done() == nil || s.live != nil {
-		return nil
+// watch arms a watch for a call under ctx, or returns none when ctx never ends or another call's
+// watch is armed. It allocates only when it arms one (as context.AfterFunc does).
+func (s *sockConn) watch(ctx context.Context, grace time.Duration) sockWatch {
+	if ctx.Done() == nil {
+		return sockWatch{}
 	}
-	w := &sockWatch{s: s}
-	s.live = w
-	w.stop = context.AfterFunc(ctx, func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watching {
+		return sockWatch{}
+	}
+	s.watching = true
+	gen := s.watchGen
+	stop := context.AfterFunc(ctx, func() {
 		if grace > 0 {
 			t := time.NewTimer(grace)
 			<-t.C
 		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.ended {
-			w.fired = true
-			s.expire(ctx)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.watchGen == gen && !s.closing {
+			s.cutShort = true
+			s.expireLocked(ctx)
 		}
 	})
-	return w
+	return sockWatch{s: s, stop: stop, gen: gen}
 }
 
+// armed reports whether w is a watch.
+func (w *sockWatch) armed() bool { return w.s != nil }
+
 // end ends the watch when its call returns, and reports whether it cut the socket's calls short:
-// the socket's deadline has passed, and the connection's protocol state is unknown.
+// the socket's deadline has passed, and the connection's protocol state is unknown. It does
+// nothing on no watch, or one that has ended.
 func (w *sockWatch) end() (cutShort bool) {
+	s := w.s
+	if s == nil {
+		return false
+	}
+	w.s = nil
 	w.stop()
-	w.mu.Lock()
-	w.ended = true
-	cutShort = w.fired
-	w.mu.Unlock()
-	w.s.live = nil
+	return s.endWatch(w.gen)
+}
+
+// endWatch ends the armed watch gen (or whichever is armed, for gen ^uint64(0)): an expiry of it
+// that comes later does nothing. It reports whether the watch had cut the socket short.
+func (s *sockConn) endWatch(gen uint64) (cutShort bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.watching || (gen != anyWatch && gen != s.watchGen) {
+		return false
+	}
+	cutShort = s.cutShort
+	s.watching, s.cutShort = false, false
+	s.watchGen++
 	return cutShort
 }
+
+// anyWatch names, for endWatch, whichever watch is armed.
+const anyWatch = ^uint64(0)
 
 // expire makes the socket's blocking calls fail now, their errors wrapping ctx's, unless the
 // socket is being closed.
 func (s *sockConn) expire(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireLocked(ctx)
+}
+
+func (s *sockConn) expireLocked(ctx context.Context) {
 	if s.closing {
 		return
 	}
