@@ -12,10 +12,10 @@ import "context"
 //   - how many bytes the connection had written when it began, to tell a call that sent
 //     nothing from one that may have reached the server.
 //
-// When the call ends it latches into the physical connection's session record what the binding
+// When the call ends it latches into the physical connection's session record (session.go) what the binding
 // must know afterwards: the watch cut the socket short (the connection is broken), the context
 // ended while the driver gave up the connection (the server may still run the statement: see
-// physConn.mayRun), and the server's transaction status as the driver last heard it.
+// session.mayRun), and the server's transaction status as the driver last heard it.
 //
 // A call is a value: begun with startCall and ended with end, both in the goroutine that makes
 // the driver call (the open rows of a query end theirs at Close). It allocates nothing, except
@@ -29,7 +29,7 @@ type call struct {
 
 // startCall begins a call under ctx on pc.
 func (pc *physConn) startCall(ctx context.Context) call {
-	pc.tx = pc.inner.txStatus() // Raw may have run statements since the last call ended
+	pc.sess.tx = pc.inner.txStatus() // Raw may have run statements since the last call ended
 	c := call{pc: pc, ctx: ctx, before: pc.inner.sent()}
 	if s := pc.sock; s != nil && pc.watched {
 		s.busy.Store(true)
@@ -41,7 +41,7 @@ func (pc *physConn) startCall(ctx context.Context) call {
 // active reports whether c was begun and has not ended.
 func (c *call) active() bool { return c.pc != nil }
 
-// end ends the call and latches what happened into its physical connection's session record. It
+// end ends the call and latches what happened into its physical connection's session record (session.go). It
 // does nothing on a call that has ended.
 func (c *call) end() {
 	pc := c.pc
@@ -55,9 +55,9 @@ func (c *call) end() {
 	if c.ctx.Err() != nil && !pc.inner.alive() {
 		// The driver gave the connection up because the context ended: the server may still
 		// run the statement, which destroying the connection must stop or await.
-		pc.mayRun = true
+		pc.sess.mayRun = true
 	}
-	pc.tx = pc.inner.txStatus()
+	pc.sess.tx = pc.inner.txStatus()
 }
 
 // endLeftoverWatch ends a watch still armed when the binding ends: the rows of a query that were

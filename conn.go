@@ -210,7 +210,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	var inner driver.Tx
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
 		var set string
-		if cn.c.lim.deadline && pc.tx == 'I' {
+		if cn.c.lim.deadline && pc.sess.idle() {
 			// Not inside a transaction the application began with BEGIN: gated sends nothing
 			// of its own there.
 			set = cn.c.lim.txSet(ctx, pc)
@@ -336,8 +336,8 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 	if err := cn.bind(ctx); err != nil {
 		return nil, err
 	}
-	cn.fresh = false  // the caller may create session state behind the wrapper's back
-	cn.pc.stmtMs = -1 // and change its statement_timeout
+	cn.fresh = false       // the caller may create session state behind the wrapper's back
+	cn.pc.sess.stmtMs = -1 // and change its statement_timeout
 	return cn.pc.conn, nil
 }
 
@@ -347,7 +347,7 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 // itself (BEGIN on a pinned *sql.Conn) gated sends nothing of its own: a ROLLBACK would undo it
 // behind gated's back, and in a failed transaction the server refuses it.
 func (cn *conn) limitSession(ctx context.Context, pc *physConn) error {
-	if !cn.c.lim.deadline || pc.tx != 'I' {
+	if !cn.c.lim.deadline || !pc.sess.idle() {
 		return nil
 	}
 	return cn.c.lim.applySession(ctx, pc)

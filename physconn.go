@@ -26,10 +26,7 @@ type physConn struct {
 	sock    *sockConn // the socket gated dialed (pgx, lib/pq); nil otherwise
 	watched bool      // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
 
-	// The session record, updated when a call ends (call.end) from what the server reported.
-	tx     byte  // transaction status: 'I' idle, 'T' in a transaction, 'E' in a failed one; '?' unknown
-	stmtMs int64 // statement_timeout gated set on the session (timeout.go); 0: the startup value; -1: unknown
-	mayRun bool  // a call ended with its context ended and the connection given up: the server may still run it
+	sess session // what gated knows of the session on the server (session.go)
 
 	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
@@ -42,7 +39,7 @@ func newPhysConn(dc driver.Conn, sock *sockConn, wrap func(driver.Conn, *sockCon
 	if d, ok := dc.(*dialedConn); ok {
 		dc = d.Conn
 	}
-	return &physConn{conn: dc, inner: inner, sock: sock, watched: inner.watchesSocket(), tx: inner.txStatus()}
+	return &physConn{conn: dc, inner: inner, sock: sock, watched: inner.watchesSocket(), sess: session{tx: inner.txStatus()}}
 }
 
 func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
@@ -52,7 +49,7 @@ func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
 
 // reusable reports whether pc may serve another operation: open, idle on the server (as far as
 // the driver can tell: see innerConn.idle), and no statement may still run on it.
-func (pc *physConn) reusable() bool { return !pc.broken && !pc.mayRun && pc.inner.idle() }
+func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc.inner.idle() }
 
 // rested is called when pc goes back idle after a binding that left it reusable: nothing runs on
 // the server any more.
@@ -88,7 +85,7 @@ func (pc *physConn) close() {
 		}
 	}
 	pc.stmts = nil
-	pc.inner.close(pc.mayRun)
+	pc.inner.close(pc.sess.mayRun)
 }
 
 func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
