@@ -12,14 +12,16 @@ import "context"
 //   - how many bytes the connection had written when it began, to tell a call that sent
 //     nothing from one that may have reached the server.
 //
-// When the call ends it latches into the physical connection's session record (session.go) what the binding
-// must know afterwards: the watch cut the socket short (the connection is broken), the context
-// ended while the driver gave up the connection (the server may still run the statement: see
-// session.mayRun), and the server's transaction status as the driver last heard it.
+// When the call ends it latches into the physical connection's session record (session.go) what
+// the binding must know afterwards: the watch cut the socket short (the connection is broken),
+// the context ended while the driver gave up the connection (the server may still run the
+// statement: see session.mayRun), and the server's transaction status as the driver last heard
+// it. Nothing else records per-call state: the driver seam answers questions (innerConn) and is
+// told of a cancellation only through that record, when the connection is destroyed.
 //
 // A call is a value: begun with startCall and ended with end, both in the goroutine that makes
 // the driver call (the open rows of a query end theirs at Close). It allocates nothing, except
-// the watch for lib/pq under a context that can end.
+// lib/pq's watch under a context that can end (context.AfterFunc).
 type call struct {
 	pc     *physConn
 	ctx    context.Context
@@ -38,10 +40,7 @@ func (pc *physConn) startCall(ctx context.Context) call {
 	return c
 }
 
-// active reports whether c was begun and has not ended.
-func (c *call) active() bool { return c.pc != nil }
-
-// end ends the call and latches what happened into its physical connection's session record (session.go). It
+// end ends the call and latches what happened into its physical connection's session record. It
 // does nothing on a call that has ended.
 func (c *call) end() {
 	pc := c.pc
