@@ -2,8 +2,10 @@ package gated
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -203,4 +205,45 @@ func TestCallsAllocateNothing(t *testing.T) {
 			t.Errorf("%s: bind, call and unbind allocate %v times", tc.name, a)
 		}
 	}
+}
+
+// TestRowsOpenTogetherOnOneBindingKeepTheirOwnResults: the binding's own rows value serves one
+// query at a time; rows opened while it is taken are their own.
+func TestRowsOpenTogetherOnOneBindingKeepTheirOwnResults(t *testing.T) {
+	db, c, _ := openFake(t, "gate_max_conns=1")
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	open := func(v int) *sql.Rows {
+		t.Helper()
+		rows, err := tx.Query(fmt.Sprintf("SELECT %d", v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	read := func(rows *sql.Rows, want int) {
+		t.Helper()
+		var got int
+		if !rows.Next() {
+			t.Fatalf("no row: %v", rows.Err())
+		}
+		if err := rows.Scan(&got); err != nil || got != want {
+			t.Fatalf("rows of SELECT %d read %d, %v", want, got, err)
+		}
+		if err := rows.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, r2 := open(1), open(2)
+	read(r1, 1)
+	r3 := open(3) // takes the binding's rows value again, while r2 is open
+	read(r2, 2)
+	read(r3, 3)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, c)
 }

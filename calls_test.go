@@ -240,3 +240,34 @@ func TestLibPQTransactionStatusIsRead(t *testing.T) {
 		})
 	}
 }
+
+// TestLibPQRowsReadReturnsAtItsDeadlineDuringAPartition: a query's call lasts until its rows
+// close, so its context's watch still guards the reads of its rows.
+func TestLibPQRowsReadReturnsAtItsDeadlineDuringAPartition(t *testing.T) {
+	p, base := proxied(t)
+	withPG(t, base, "postgres", oneAtATime, func(t *testing.T, e *pgEnv) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		rows, err := e.db.QueryContext(ctx, "SELECT repeat('x', 1000) FROM generate_series(1, 100000)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rows.Next() {
+			t.Fatalf("first row: %v", rows.Err())
+		}
+		p.Blackhole(true)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for rows.Next() {
+			}
+			rows.Close()
+		}()
+		within(t, "reading a lib/pq query's rows under a 500ms deadline", 10*time.Second, done)
+		if err := rows.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("rows.Err() = %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+		p.Blackhole(false)
+		awaitCleanup(t, e.c)
+	})
+}
