@@ -16,7 +16,7 @@
 //
 // Existing code keeps its *sql.DB and changes one line:
 //
-//	import _ "github.com/gatedsql/gated"
+//	import "github.com/gatedsql/gated" // registers the driver "gated"
 //
 //	db, err := sql.Open("gated", "postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8&gate_queue_wait=20ms")
 //

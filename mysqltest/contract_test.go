@@ -243,7 +243,7 @@ func TestWaitsEnd(t *testing.T) {
 	})
 }
 
-// TestCanceledStatementKeepsThePermitUntilTheServerStopped is the check: with B=1, a
+// TestCanceledStatementKeepsThePermitUntilTheServerStopped: with B=1, a
 // canceled SELECT SLEEP(3) keeps its permit while MariaDB's process list still shows it running,
 // and gives it back once gated's KILL QUERY took effect, within 1 s of the cancel (the statement
 // alone would run 3 s). Three cancels in a row: the first opens gated's killing session.

@@ -64,7 +64,7 @@ type config struct {
 	MaxInflight int           // overload: arrivals in flight beyond this are dropped (and counted)
 	Sleep       time.Duration // overload: pg_sleep argument of the sleep query
 	CPURows     int           // overload: rows summed by the CPU-bound query
-	Seed        int64         // overload: seed of the arrival process
+	ArrivalSeed int64         // overload: source of the random arrival process
 
 	Queries            []string // overload queries to run (names of overloadQueries)
 	Overhead, Overload bool     // sections to run
@@ -81,7 +81,7 @@ func defaults() config {
 		Out: "gatedbench-out", P: 8, B: 0, Q: -1, Deadline: 100 * time.Millisecond,
 		Goroutines: []int{1, 8, 32, 256}, Rounds: 10, Cell: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		Loads: []float64{1, 2, 5, 10}, Duration: 10 * time.Second, CapacityFor: 3 * time.Second,
-		Unloaded: 0.1, MaxInflight: 20000, Sleep: 5 * time.Millisecond, CPURows: 20000, Seed: 1,
+		Unloaded: 0.1, MaxInflight: 20000, Sleep: 5 * time.Millisecond, CPURows: 20000, ArrivalSeed: 1,
 		Queries: []string{"sleep", "cpu"}, Overhead: true, Overload: true,
 	}
 }
@@ -94,7 +94,7 @@ var quickDefaults = map[string]string{
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "workloads" {
-		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // issue 8's figures (workloads.go)
+		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // workload isolation and deadline cost (workloads.go)
 	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -135,7 +135,7 @@ func parseFlags(args []string) (config, string, error) {
 	fs.IntVar(&cfg.MaxInflight, "max-inflight", cfg.MaxInflight, "cap on overload arrivals in flight; arrivals beyond it are dropped and counted")
 	fs.DurationVar(&cfg.Sleep, "sleep", cfg.Sleep, "pg_sleep duration of the sleep query")
 	fs.IntVar(&cfg.CPURows, "cpu-rows", cfg.CPURows, "rows summed by the CPU-bound query (generate_series)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the Poisson arrival process")
+	fs.Int64Var(&cfg.ArrivalSeed, "arrivals", cfg.ArrivalSeed, "random source of the Poisson arrival process (the same value gives the same arrivals)")
 	fs.StringVar(&cfg.Note, "note", "", "a note printed at the top of the report, for example about a shared machine")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to `file` (all contenders: use pprof -focus)")
 	fs.StringVar(&cfg.MutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to `file`")

@@ -1,6 +1,6 @@
 // Command observe is a small HTTP service on a gated *sql.DB whose gate can be watched: it
-// serves its metrics for Prometheus at /metrics (see the README's "Watching the gate" for what
-// each means and which alerts to set) and logs connection failures, unknown commits and a
+// serves its metrics for Prometheus at /metrics (docs/operations.md says what each means and
+// which alerts to set) and logs connection failures, unknown commits and a
 // summary of refusals at most once per second.
 //
 //	DATABASE_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' go run . -addr 127.0.0.1:8080

@@ -56,7 +56,8 @@ func get(t *testing.T, base, path string) int {
 // TestMetricsMatchStatsAfterEveryKindOfOutcome starts the example's server on a gate with one
 // execution permit and one place in the queue, drives requests that are admitted, refused both
 // ways, canceled while waiting and ended by the server's statement and lock timeouts, scrapes
-// /metrics over HTTP and checks every metric of DESIGN Part 2 against Stats().
+// /metrics over HTTP and checks every metric of the documented list (docs/operations.md) against
+// Stats().
 func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	base := pgtest.URL(t)
 	sep := "?"
@@ -154,7 +155,7 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	checkAgainstStats(t, fams, s)
 }
 
-// checkAgainstStats checks every metric named in DESIGN Part 2: gauges and counters equal to s,
+// checkAgainstStats checks every metric named in docs/operations.md: gauges and counters equal to s,
 // histograms with one observation per admitted operation (wait, connect, hold).
 func checkAgainstStats(t *testing.T, fams map[string]*dto.MetricFamily, s gated.Stats) {
 	t.Helper()
