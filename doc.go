@@ -134,12 +134,11 @@
 // the last ReadyForQuery (idle, in a transaction, in a failed one); lib/pq records it, and gated
 // reads that record (it works over TLS too, where the socket carries only ciphertext; should a
 // lib/pq version keep it elsewhere, the state is unknown, and gated then sends nothing of its own
-// and destroys every connection instead of reusing it). A
-// connection the server does not report idle is never put back into the pool, and
-// gate_statement_timeout=deadline sends its own SET or RESET only on a session the server
-// reported idle: never inside a transaction the application began itself (BEGIN on a pinned
-// *sql.Conn). For other drivers, which report nothing, gated knows only the transactions begun
-// through BeginTx, as database/sql does.
+// and destroys every connection instead of reusing it). A connection the server does not report
+// idle is never put back into the pool, and gate_statement_timeout=deadline sends its own SET or
+// RESET only on a session the server reported idle: never inside a transaction the application
+// began itself (BEGIN on a pinned *sql.Conn). For other drivers, which report nothing, gated
+// knows only the transactions begun through BeginTx, as database/sql does.
 //
 // # Observability
 //
