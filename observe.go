@@ -237,7 +237,7 @@ func (o *observer) acquiredSlow(g *gate, start time.Duration, err error) time.Du
 	return 0
 }
 
-// connected records the end of pool.ready for an operation whose permit was granted at since.
+// connected records the end of binding.ready for an operation whose permit was granted at since.
 func (o *observer) connected(g *gate, since time.Duration, err error) {
 	if o.o != nil {
 		o.o.Observe(Event{Kind: EventConnect, Workload: g.wl.name, Duration: monoNow() - since, Err: err})

@@ -2,8 +2,9 @@ package gated
 
 // A session is what gated knows of a physical connection's session on the server: one record
 // per physical connection, written when a call ends (call.end) from what the server reported, and
-// by gated's own SET of statement_timeout (timeout.go). Nothing of one call is kept in it beyond
-// what the next calls and the binding's end must know.
+// by gated's own SET of statement_timeout (timeout.go). The transaction status is read again when
+// a call begins, since the application may have run statements through Unwrap in between.
+// Nothing of one call is kept in it beyond what the next calls and the binding's end must know.
 type session struct {
 	// tx is the transaction status the server last reported, as the driver heard it: 'I' idle,
 	// 'T' in a transaction, 'E' in a failed transaction; '?' when the driver does not report
