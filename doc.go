@@ -75,9 +75,14 @@
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
-// gate_max_conn_lifetime, gate_max_conn_idle_time, gate_queue_order ([QueueFIFO] or
-// [QueueAdaptive]), gate_workloads, gate_name, gate_statement_timeout and gate_lock_timeout.
-// [ParseDSN] and [Config] document each with its default.
+// gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
+// gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
+// gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
+// each with its default. A [Config] built in code has the same defaults: a zero field means the
+// default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
+// TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
+// [Config.PgxAfterConnect], which run for every physical connection. pgxpool's pool_ keys are
+// refused, naming the gate_ key to use instead.
 //
 // # Workloads
 //

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type pool struct {
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
+	jitter    time.Duration // each connection lives lifetime + a random [0, jitter); 0 = none
 	obs       *observer     // the Connector's, set once before use (observe.go)
 
 	mu sync.Mutex
@@ -131,6 +133,11 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	p.inUse++
 	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
+	if p.jitter > 0 {
+		// The connection's share of the jitter, drawn as it opens, moves its birth later: it
+		// expires at lifetime + [0, jitter), so connections opened together expire apart.
+		pc.createdAt += rand.Int64N(int64(p.jitter))
+	}
 	return pc, nil
 }
 

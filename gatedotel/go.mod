@@ -3,7 +3,7 @@ module github.com/gatedsql/gated/gatedotel
 go 1.26.0
 
 require (
-	github.com/gatedsql/gated v0.0.0
+	github.com/gatedsql/gated v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -27,5 +27,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/gatedsql/gated => ../

@@ -3,9 +3,8 @@ module github.com/gatedsql/gated/cmd/gatedbench
 go 1.26.0
 
 require (
-	github.com/gatedsql/gated v0.0.0
+	github.com/gatedsql/gated v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
-	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -20,6 +19,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/lib/pq v1.12.3 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
