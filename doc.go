@@ -50,9 +50,8 @@
 //
 //   - "pgx" (pgx v5, the default) and "postgres" (lib/pq), which gated imports: when a context
 //     ends while a statement runs, the driver's cancel request goes to the server and the permit
-//     comes back only once the backend has hung up (at most 15 s). gated dials their sockets and
-//     replays only operations of which no byte was written; a connection the server closed while
-//     it was idle is found by a peek at its socket before the first write, and replaced.
+//     comes back only once the backend has hung up (at most 15 s). gated dials their sockets, and
+//     takes their transaction state from the server (see Calls below).
 //   - "mysql" (go-sql-driver/mysql, which the application imports; gated does not): the driver
 //     only closes its socket when a context ends, and MySQL and MariaDB go on running the
 //     statement, so gated sends KILL QUERY with the connection's id (read with SELECT
