@@ -59,7 +59,10 @@ func (c *pgxConn) idle() bool {
 	return !c.pg.IsClosed() && !c.pg.IsBusy() && c.pg.TxStatus() == 'I'
 }
 
-func (c *pgxConn) close() {
+func (c *pgxConn) txStatus() byte      { return c.pg.TxStatus() }
+func (c *pgxConn) watchesSocket() bool { return false } // pgx watches its context itself
+
+func (c *pgxConn) close(bool) {
 	c.dc.Close()
 	t := time.NewTimer(cleanupWait)
 	select {
@@ -86,10 +89,6 @@ func (c *pgxConn) commitUnknown(err error, before int64) bool {
 // idle and is destroyed.
 func (c *pgxConn) endFailedTx() bool { return c.idle() }
 
-func (c *pgxConn) watch(context.Context) {}
-func (c *pgxConn) unwatch() bool         { return true }
-
-func (c *pgxConn) rested()           {}
 func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pgxConn) closeStmts() bool { return false }

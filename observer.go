@@ -279,7 +279,7 @@ func (o *observer) acquiredSlow(g *gate, start time.Duration, ctx context.Contex
 	return 0
 }
 
-// connected records the end of pool.ready for an operation whose permit was granted at start.
+// connected records the end of binding.ready for an operation whose permit was granted at start.
 func (o *observer) connected(g *gate, start time.Duration, ctx context.Context, err error) {
 	if o.attached() {
 		o.emit(Event{Kind: EventConnect, Workload: g.wl.name, Duration: since(start), Err: err, Context: ctx})
