@@ -45,7 +45,7 @@ func TestCanceledStatementFollowedByAnotherCallIsKilledBeforeThePermitReturns(t 
 			tc.run(t, db, query)
 			// Running is read before the process list: once it is 0, the server must not show
 			// the statement any more.
-			waitFor(t, 10*time.Second, "the permit back", func() bool {
+			waitFor(t, "the permit back", func() bool {
 				running := c.Stats().Running
 				if running == 0 && count(t, plain, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = ? AND COMMAND <> 'Sleep'", query) > 0 {
 					t.Fatal("the permit came back while the server still ran the cut-short statement")

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatedsql/gated"
-	"github.com/gatedsql/gated/mysqltest"
 	"go.uber.org/goleak"
+
+	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/testwait"
+	"github.com/gatedsql/gated/mysqltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,7 +41,7 @@ func gatedDB(t *testing.T, params string) (*sql.DB, *gated.Connector) {
 		t.Fatal("FromDB: not a gated DB")
 	}
 	t.Cleanup(func() {
-		waitFor(t, 20*time.Second, "every permit back and no connection in use", func() bool {
+		waitFor(t, "every permit back and no connection in use", func() bool {
 			s := c.Stats()
 			return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
 		})
@@ -88,17 +90,8 @@ func table(t *testing.T, plain *sql.DB) string {
 	return name
 }
 
-// waitFor polls cond until it holds, failing t after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: still not %s", limit, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testwait.For).
+var waitFor = testwait.For
 
 func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 	t.Helper()
@@ -211,7 +204,7 @@ func TestWaitsEnd(t *testing.T) {
 			var one int
 			done <- db.QueryRow("SELECT 1").Scan(&one)
 		}()
-		waitFor(t, 10*time.Second, "one waiter", func() bool { return c.Stats().Waiting == 1 })
+		waitFor(t, "one waiter", func() bool { return c.Stats().Waiting == 1 })
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +228,7 @@ func TestWaitsEnd(t *testing.T) {
 			_, err := db.ExecContext(ctx, "SELECT 1")
 			done <- err
 		}()
-		waitFor(t, 10*time.Second, "one waiter", func() bool { return c.Stats().Waiting == 1 })
+		waitFor(t, "one waiter", func() bool { return c.Stats().Waiting == 1 })
 		cancel()
 		err = <-done
 		if !errors.Is(err, gated.ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
@@ -330,7 +323,7 @@ func cancelSleep(t *testing.T, db *sql.DB, c *gated.Connector, plain *sql.DB, ga
 		var r int
 		done <- db.QueryRowContext(ctx, query).Scan(&r)
 	}()
-	waitFor(t, 10*time.Second, "the statement running on the server", shown)
+	waitFor(t, "the statement running on the server", shown)
 	cancel()
 	canceledAt := time.Now()
 	err := <-done
@@ -382,7 +375,7 @@ func TestConnectionKilledWhileIdleIsReplaced(t *testing.T) {
 	if _, err := plain.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the killed session gone", func() bool {
+	waitFor(t, "the killed session gone", func() bool {
 		return count(t, plain, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id) == 0
 	})
 	var id2 int64
@@ -434,7 +427,7 @@ func TestCountersAddUp(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 20*time.Second, "every permit back", func() bool { return c.Stats().Running == 0 })
+	waitFor(t, "every permit back", func() bool { return c.Stats().Running == 0 })
 	s := c.Stats()
 	if got := s.Admitted + s.RejectedFull + s.RejectedTimeout + s.Canceled; got != n {
 		t.Fatalf("Admitted %d + RejectedFull %d + RejectedTimeout %d + Canceled %d = %d, want %d",
@@ -479,7 +472,7 @@ func TestShortDeadlinesOnAHealthyServerAreNotServerFailures(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, 20*time.Second, "every permit back", func() bool { s := c.Stats(); return s.Running == 0 && s.Pool.InUse == 0 })
+	waitFor(t, "every permit back", func() bool { s := c.Stats(); return s.Running == 0 && s.Pool.InUse == 0 })
 	for _, err := range errs {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("an operation cut short by its deadline failed with %v, which does not match context.DeadlineExceeded", err)

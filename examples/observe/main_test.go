@@ -13,14 +13,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/gatedhttp"
 	"github.com/gatedsql/gated/internal/pgtest"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -29,16 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = testwait.For
 
 var lockKeys atomic.Int64
 

@@ -15,6 +15,7 @@ import (
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/fakedb"
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // OpenFake opens a gated DB on a new fake driver for the gate keys in params, with obs (which
@@ -62,17 +63,8 @@ func OpenDSN(t testing.TB, dsn string) (*sql.DB, *gated.Connector) {
 	return db, c
 }
 
-// WaitFor polls cond until it holds, failing the test after 10 s.
-func WaitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// WaitFor polls cond until it holds (testwait.For).
+var WaitFor = testwait.For
 
 // Quiet reports whether no gate of c has an operation running or waiting and no physical
 // connection is in use.
