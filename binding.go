@@ -25,8 +25,8 @@ type binding struct {
 	// broken physical connection: the permit is still held until unbind.
 	g      *gate
 	pc     *physConn
-	fresh  bool          // nothing that created session state ran on pc in this binding: a broken pc may be swapped
-	txOpen bool          // a transaction began on pc through BeginTx and has not ended
+	fresh  bool            // nothing that created session state ran on pc in this binding: a broken pc may be swapped
+	txOpen bool            // a transaction began on pc through BeginTx and has not ended
 	since  time.Duration   // when the permit was granted (monoNow), if an Observer is attached
 	ctx    context.Context // the context that made the binding, for the Observer's events; nil when unbound
 }
