@@ -38,8 +38,8 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
-	github.com/gatedsql/gated/gatedotel v0.0.0
-	github.com/gatedsql/gated/gatedprom v0.0.0
+	github.com/gatedsql/gated/gatedotel v0.1.0
+	github.com/gatedsql/gated/gatedprom v0.1.0
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
