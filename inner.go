@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
@@ -19,15 +21,25 @@ type innerConn interface {
 	// alive reports whether the driver still considers the connection open; true when it
 	// cannot tell.
 	alive() bool
-	// idle reports whether the connection may serve another operation: alive, outside a
-	// transaction and not busy.
+	// idle reports whether the connection may serve another operation: alive, not busy, and
+	// idle on the server (txStatus 'I'); for a driver that cannot report its transaction
+	// status ('?'), alive, as database/sql itself judges a connection.
 	idle() bool
+	// txStatus returns the connection's transaction status as the server last reported it
+	// (PostgreSQL's ReadyForQuery: 'I' idle, 'T' in a transaction, 'E' in a failed one), or
+	// '?' when the driver does not report it.
+	txStatus() byte
+	// watchesSocket reports whether the driver cannot interrupt its socket's blocking calls when
+	// a context ends (lib/pq): each call then watches its context (see call, sockWatch).
+	watchesSocket() bool
 	// close closes the connection and returns once the driver's cleanup has ended (pgx's
 	// asynchronous cancel and close, the drain of a lib/pq socket whose statement may still
-	// run), waiting at most cleanupWait. Statements prepared on it are not closed first: the
-	// server frees them with the session, and a round trip each could block for as long as a
-	// network partition lasts.
-	close()
+	// run, the kill of a MySQL statement when mayRun), waiting at most cleanupWait. mayRun
+	// says that a call ended with its context ended and the connection given up by the driver,
+	// so the server may still run its statement. Statements prepared on it are not closed
+	// first: the server frees them with the session, and a round trip each could block for as
+	// long as a network partition lasts.
+	close(mayRun bool)
 	// sent returns how many bytes the connection has written to its socket so far, or -1 when
 	// gated does not see the socket.
 	sent() int64
@@ -42,14 +54,6 @@ type innerConn interface {
 	// still be open and reports whether the connection is now known to be outside one, and so
 	// reusable.
 	endFailedTx() bool
-	// watch bounds the socket's blocking reads and writes by ctx, for drivers that cannot
-	// interrupt them themselves, until unwatch. unwatch reports false when ctx ended meanwhile,
-	// leaving the socket unusable.
-	watch(ctx context.Context)
-	unwatch() bool
-	// rested is called when the connection goes back idle after an operation that left it
-	// healthy: nothing runs on the server any more.
-	rested()
 	// checkBeforeWrite makes the next write first check that the server has not hung up or
 	// sent something unasked, and fail without sending anything if it has. It is called before
 	// a used connection serves another operation, and before COMMIT: a connection that died
@@ -77,11 +81,23 @@ type innerConn interface {
 	serverPrepares(query string) bool
 }
 
+// A dialedConn is a driver connection as a connector of gated's own returns it, with what the
+// connector learned while connecting (mysqlConnector: the session's id), for the seam's wrap to
+// take out. It is kept nowhere else: a connection that pool.dial closes without wrapping it (its
+// context ended as it was made) leaves nothing behind. newPhysConn unwraps it.
+type dialedConn struct {
+	driver.Conn
+	info any
+}
+
 // innerOptions is what the PostgreSQL drivers' files take from the Config besides the DSN.
 type innerOptions struct {
 	app    string            // application_name when dsn (or the environment) names none; "" none
 	params map[string]string // run-time parameters each connection starts with
 	pooled bool              // gate_pooler=transaction: no named statement on the server
+
+	pgxBefore func(context.Context, *pgx.ConnConfig) error // Config.PgxBeforeConnect
+	pgxAfter  func(context.Context, *pgx.Conn) error       // Config.PgxAfterConnect
 }
 
 // newInner returns the inner driver's connector for dsn, and the function that makes an

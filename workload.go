@@ -11,31 +11,31 @@ import (
 
 // A Workload is a named gate beside the default one (gate_workloads), with budgets of its own:
 // a batch job or a report given its own Workload cannot take the execution permits that
-// interactive requests need, and they cannot take its. Budgets are hard unless the workload
-// lends: a workload never runs more than its Concurrent operations of its own, and only permits
-// a lending workload leaves idle serve other gates' waiters (see Lend).
+// interactive requests need, and they cannot take its. Budgets are hard unless a workload
+// lends: a gate never runs more than its Concurrent operations on permits of its own, and only
+// the permits a lending workload leaves idle serve other gates' waiters (see Lend).
 //
-// In a Config built in code the zero values are taken literally (no queue, try once); the DSN
-// gives Queue the default Concurrent and QueueWait the default gate_queue_wait.
+// As in a Config, a zero Queue or QueueWait means the default, the workload's Concurrent and the
+// Config's QueueWait, as in gate_workloads; [None] means no queue, or no wait.
 type Workload struct {
 	// Name chooses the workload in [WithWorkload]: letters, digits, '_', '-' and '.', unique,
 	// not "default".
 	Name string
 	// Concurrent is the workload's B, at least 1.
 	Concurrent int
-	// Queue is the workload's Q, at least 0.
+	// Queue is the workload's Q (default Concurrent; None: no queue).
 	Queue int
-	// QueueWait is the longest an operation of the workload waits for an execution permit;
-	// zero means try once.
+	// QueueWait is the longest an operation of the workload waits for an execution permit
+	// (default the Config's QueueWait; None: try once).
 	QueueWait time.Duration
 	// Auto makes Concurrent the workload's ceiling: its limit moves between
-	// Config.ConcurrentMin and Concurrent from the database's service times, as
+	// Config.ConcurrentMin and Concurrent from the service times of its operations, as
 	// gate_concurrent=auto does for the default gate (DSN: the option "auto").
 	Auto bool
-	// Lend lets the workload's idle execution permits serve other gates' waiters, up to the
-	// total of all B; each comes back when the operation that borrowed it ends, so the
-	// workload's own operations wait at most for one borrowed operation to end, and never
-	// for a physical connection (DSN: the option "lend").
+	// Lend lets the workload's idle execution permits serve the waiters of the gates that do
+	// not lend, within the sum of all B; each comes back when the operation that borrowed it
+	// ends, never by preemption, so an operation of the workload waits at most for one borrowed
+	// operation to end, and nobody waits for a physical connection (DSN: the option "lend").
 	Lend bool
 }
 
@@ -104,8 +104,8 @@ func (c *Connector) WorkloadStats(name string) (Stats, bool) {
 }
 
 // parseWorkloads reads gate_workloads: "name:B[:Q[:wait[:option...]]],...", the options being
-// "auto" and "lend". A missing wait is -1 until ParseDSN knows gate_queue_wait; an empty wait
-// before options ("batch:2:2::lend") is a missing one.
+// "auto" and "lend"; an empty Q or wait before an option is the default. A Q or wait not given is zero,
+// the default, and a 0 is None, as for the default gate's keys.
 func parseWorkloads(value string) ([]Workload, error) {
 	var ws []Workload
 	for item := range strings.SplitSeq(value, ",") {
@@ -113,19 +113,18 @@ func parseWorkloads(value string) ([]Workload, error) {
 		if len(fields) < 2 {
 			return nil, fmt.Errorf("workload %s: want name:B[:Q[:wait[:auto][:lend]]]", shownValue(item))
 		}
-		w := Workload{Name: fields[0], QueueWait: -1}
+		w := Workload{Name: fields[0]}
 		var err error
 		if w.Concurrent, err = parseCount(fields[1], 1); err != nil {
 			return nil, fmt.Errorf("workload %s: B: %w", shownValue(w.Name), err)
 		}
-		w.Queue = w.Concurrent
 		if len(fields) > 2 && fields[2] != "" {
-			if w.Queue, err = parseCount(fields[2], 0); err != nil {
+			if w.Queue, err = parseCountOrNone(fields[2]); err != nil {
 				return nil, fmt.Errorf("workload %s: Q: %w", shownValue(w.Name), err)
 			}
 		}
 		if len(fields) > 3 && fields[3] != "" {
-			if w.QueueWait, err = parseDuration(fields[3]); err != nil {
+			if w.QueueWait, err = parseDurationOrNone(fields[3]); err != nil {
 				return nil, fmt.Errorf("workload %s: wait: %w", shownValue(w.Name), err)
 			}
 		}
@@ -141,26 +140,21 @@ func parseWorkloads(value string) ([]Workload, error) {
 		}
 		ws = append(ws, w)
 	}
-	// The waits still to be defaulted (-1) are checked once they are known.
-	check := make([]Workload, len(ws))
-	for i, w := range ws {
-		check[i] = w
-		check[i].QueueWait = max(w.QueueWait, 0)
-	}
-	if _, err := checkWorkloads(check); err != nil {
+	if _, err := checkWorkloads(ws); err != nil {
 		return nil, err.(*DSNError).Err // set adds the key
 	}
 	return ws, nil
 }
 
-// formatWorkloads writes ws in the full form parseWorkloads reads back unchanged.
+// formatWorkloads writes ws, whose defaults are filled in, in the full form parseWorkloads reads
+// back unchanged.
 func formatWorkloads(ws []Workload) string {
 	var b strings.Builder
 	for i, w := range ws {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, w.Queue, w.QueueWait)
+		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, orZero(w.Queue), orZero(w.QueueWait))
 		if w.Auto {
 			b.WriteString(":auto")
 		}
@@ -189,10 +183,10 @@ func checkWorkloads(ws []Workload) (sumB int, err error) {
 			return bad("named twice")
 		case w.Concurrent < 1:
 			return bad("B is %d, want at least 1", w.Concurrent)
-		case w.Queue < 0:
-			return bad("Q is %d, want at least 0", w.Queue)
-		case w.QueueWait < 0:
-			return bad("wait %v is negative", w.QueueWait)
+		case w.Queue < 0 && w.Queue != None:
+			return bad("Q is %d, want at least 0 (0 is the default, B; gated.None no queue)", w.Queue)
+		case w.QueueWait < 0 && w.QueueWait != None:
+			return bad("wait %v is negative (0 is the default, gated.None no wait)", w.QueueWait)
 		}
 		seen[w.Name] = true
 		sumB += w.Concurrent
