@@ -29,6 +29,11 @@ type binding struct {
 	txOpen bool            // a transaction began on pc through BeginTx and has not ended
 	since  time.Duration   // when the permit was granted (monoNow), if an Observer is attached
 	ctx    context.Context // the context that made the binding, for the Observer's events; nil when unbound
+
+	// For gate_concurrent=auto (g.lim set): when the connection was ready (monoNow), and the
+	// worst outcome of the binding's calls.
+	readyAt time.Duration
+	worst   outcome
 }
 
 // bind takes an execution permit of ctx's workload and a physical connection ready for use. On
@@ -51,7 +56,17 @@ func (b *binding) bind(ctx context.Context, c *Connector) error {
 		return err // ready ended the binding
 	}
 	b.fresh, b.ctx = true, ctx
+	if g.lim != nil {
+		b.readyAt, b.worst = monoNow(), outcomeOK
+	}
 	return nil
+}
+
+// note records the error of one of the binding's calls under ctx for gate_concurrent=auto.
+func (b *binding) note(ctx context.Context, err error) {
+	if b.g != nil && b.g.lim != nil {
+		b.worst = max(b.worst, outcomeOf(ctx, err))
+	}
 }
 
 // unbind ends the binding: a physical connection that its calls left reusable goes to the next
@@ -77,7 +92,21 @@ func (b *binding) unbind(c *Connector) {
 	if pc.reusable() {
 		pc.used = true
 		pc.rested()
+		if g := b.g; g.lim != nil {
+			hold, worst := monoNow()-b.readyAt, b.worst
+			b.g, b.pc = nil, nil
+			g.releaseSample(pc, hold, worst)
+			return
+		}
 		b.release(pc)
+		return
+	}
+	if g := b.g; g.lim != nil {
+		// The work ended by destroying the connection (a timeout that cut the socket, say):
+		// still a sample, or the limiter would see only the operations that survived.
+		hold, worst := monoNow()-b.readyAt, max(b.worst, outcomeFailed)
+		b.g, b.pc = nil, nil
+		c.pool.destroyAsync(pc, func() { g.releaseSample(nil, hold, worst) })
 		return
 	}
 	c.pool.destroyAsync(pc, b.handToCleanup())

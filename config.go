@@ -30,6 +30,14 @@ type Config struct {
 	// Concurrent is B, the execution permits (gate_concurrent, default MaxConns less the
 	// workloads' B).
 	Concurrent int
+	// ConcurrentAuto (gate_concurrent=auto) makes Concurrent the default gate's ceiling: its
+	// limit moves between ConcurrentMin and Concurrent from the service times of its
+	// operations (see docs/adaptive.md). Concurrent must then be its default, MaxConns less the
+	// workloads' B.
+	ConcurrentAuto bool
+	// ConcurrentMin is the lowest limit of every gate_concurrent=auto gate, and of workloads
+	// with the option auto (gate_concurrent_min, default 1; zero means the default).
+	ConcurrentMin int
 	// Queue is Q, the admission permits beyond B (gate_queue, default Concurrent). None: no
 	// queue, an operation that finds no execution permit free is refused at once.
 	Queue int
@@ -212,6 +220,9 @@ func (c *Config) fillDefaults() {
 	if c.Queue == 0 {
 		c.Queue = c.Concurrent
 	}
+	if c.ConcurrentMin == 1 {
+		c.ConcurrentMin = 0 // the default, spelt as its zero so that equal gates have equal Configs
+	}
 	if c.QueueWait == 0 {
 		c.QueueWait = defaultQueueWait
 	}
@@ -276,6 +287,9 @@ func (c *Config) checkGiven() error {
 	if c.Concurrent < 0 {
 		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is negative", c.Concurrent)}
 	}
+	if c.ConcurrentMin < 0 {
+		return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is negative", c.ConcurrentMin)}
+	}
 	if c.Queue < 0 && c.Queue != None {
 		return &DSNError{Key: keyQueue, Err: fmt.Errorf("%d is negative (0 is the default, gated.None no queue)", c.Queue)}
 	}
@@ -322,6 +336,17 @@ func (c *Config) check() error {
 		// B > P would make operations wait for a physical connection, the wait the gate exists
 		// to replace.
 		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is more than gate_max_conns (%d)", c.Concurrent, c.MaxConns)}
+	}
+	if c.ConcurrentAuto && c.Concurrent != c.MaxConns-wB {
+		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("auto takes gate_max_conns less the workloads' B (%d) as its ceiling, not %d", c.MaxConns-wB, c.Concurrent)}
+	}
+	if c.ConcurrentAuto && max(c.ConcurrentMin, 1) > c.Concurrent {
+		return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the default gate's ceiling (%d)", c.ConcurrentMin, c.Concurrent)}
+	}
+	for _, w := range c.Workloads {
+		if w.Auto && max(c.ConcurrentMin, 1) > w.Concurrent {
+			return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the B of workload %s (%d)", c.ConcurrentMin, shownValue(w.Name), w.Concurrent)}
+		}
 	}
 	if c.MaxConnLifetimeJitter > 0 && c.MaxConnLifetime == None {
 		return &DSNError{Key: keyMaxConnLifetimeJitter, Err: errors.New("spreads gate_max_conn_lifetime, which is 0 (no limit)")}

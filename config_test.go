@@ -125,6 +125,7 @@ var dsnKeyExamples = map[string]string{
 	keyDriver:                "postgres",
 	keyMaxConns:              "20",
 	keyConcurrent:            "4",
+	keyConcurrentMin:         "2",
 	keyQueue:                 "0",
 	keyQueueWait:             "250ms",
 	keyMaxConnLifetime:       "2h0m0s",
@@ -200,6 +201,22 @@ func TestDSNKeysTable(t *testing.T) {
 				t.Errorf("neither docs/configuration.md nor README.md documents %s", k.name)
 			}
 		})
+	}
+	// A second value for keys whose values reach more than one field.
+	for key, ex := range map[string]string{keyConcurrent: "auto"} {
+		c, err := ParseDSN("host=db " + key + "=" + ex)
+		if err != nil {
+			t.Fatalf("ParseDSN(%s=%s): %v", key, ex, err)
+		}
+		if back, err := ParseDSN(c.FormatDSN()); err != nil || !reflect.DeepEqual(back, c) {
+			t.Errorf("%s=%s: ParseDSN(FormatDSN() = %q) = %+v, %v; want %+v", key, ex, c.FormatDSN(), back, err, c)
+		}
+		bv, cv := reflect.ValueOf(*base), reflect.ValueOf(*c)
+		for i := range bv.NumField() {
+			if !reflect.DeepEqual(bv.Field(i).Interface(), cv.Field(i).Interface()) {
+				touched[bv.Type().Field(i).Name] = true
+			}
+		}
 	}
 	typ := reflect.TypeFor[Config]()
 	for i := range typ.NumField() {

@@ -119,6 +119,9 @@ func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error
 			cl.end()
 		}
 		cn.c.obs.statement(cn.g, start, ctx, err)
+		if err != nil {
+			cn.binding.note(ctx, err)
+		}
 		if err == nil {
 			if kind != opFresh {
 				cn.fresh = false

@@ -113,10 +113,16 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	set.pool.jitter = cfg.lifetimeJitter()
 	adaptive := cfg.QueueOrder == QueueAdaptive
 	set.def = newGate(gateConfig{name: DefaultWorkload, concurrent: cfg.Concurrent, queue: orZero(cfg.Queue), queueWait: orZero(cfg.QueueWait), adaptive: adaptive}, set.pool)
+	set.def.autoLimit(cfg.ConcurrentAuto, max(cfg.ConcurrentMin, 1))
 	set.named = make(map[string]*gate, len(cfg.Workloads))
+	lends := map[*gate]bool{}
 	for _, w := range cfg.Workloads {
-		set.named[w.Name] = newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: orZero(w.Queue), queueWait: orZero(w.QueueWait), adaptive: adaptive}, set.pool)
+		g := newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: orZero(w.Queue), queueWait: orZero(w.QueueWait), adaptive: adaptive}, set.pool)
+		g.autoLimit(w.Auto, max(cfg.ConcurrentMin, 1))
+		lends[g] = w.Lend
+		set.named[w.Name] = g
 	}
+	linkLending(set.gates(), func(g *gate) bool { return lends[g] })
 	set.initObserve(cfg)
 	return set, nil
 }

@@ -73,7 +73,8 @@
 //
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
-// gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
+// gate_driver, gate_max_conns, gate_concurrent (a number, or auto), gate_concurrent_min,
+// gate_queue, gate_queue_wait,
 // gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
 // gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
 // gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document

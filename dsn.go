@@ -24,7 +24,10 @@ var (
 //     registered is checked by [NewConnector], not here.
 //   - gate_max_conns: P, physical connections, an integer ≥ 1 (default 10).
 //   - gate_concurrent: B, execution permits, an integer from 1 to gate_max_conns (default
-//     gate_max_conns).
+//     gate_max_conns), or "auto": the limit moves between gate_concurrent_min and that default
+//     from the database's service times (see [Config.ConcurrentAuto]).
+//   - gate_concurrent_min: the lowest limit of gate_concurrent=auto and of workloads with the
+//     option auto, an integer ≥ 1 (default 1).
 //   - gate_queue: Q, admission permits beyond B, an integer ≥ 0 (default gate_concurrent; 0
 //     means no queue).
 //   - gate_queue_wait: longest wait for an execution permit, a Go duration ≥ 0 such as 250ms
@@ -35,8 +38,9 @@ var (
 //     gate_max_conn_lifetime plus a random part of it (default a tenth of
 //     gate_max_conn_lifetime; 0 means none). See [Config.MaxConnLifetimeJitter].
 //   - gate_queue_order: "fifo" (default) or "adaptive" ([QueueAdaptive]).
-//   - gate_workloads: named gates beside the default one, "name:B[:Q[:wait]],..." (default
-//     none; Q defaults to B, wait to gate_queue_wait; see [Workload]). With workloads,
+//   - gate_workloads: named gates beside the default one, "name:B[:Q[:wait[:auto][:lend]]],..."
+//     (default none; Q defaults to B, wait to gate_queue_wait; auto makes B a ceiling, lend
+//     lends idle permits to the other gates; see [Workload]). With workloads,
 //     gate_concurrent defaults to gate_max_conns minus their B, and gate_max_conns, when not
 //     given, grows to the sum of all B. The sum of all B above gate_max_conns is an error.
 //   - gate_name: share the gates and the pool with every Connector of this process of the same

@@ -54,12 +54,23 @@ var validDSNTests = []struct {
 	{"workloads take their B from the default's", "postgres://db/shop?gate_workloads=batch:2,report:1:0:50ms&gate_queue_wait=20ms",
 		cfgWith("postgres://db/shop", func(c *Config) {
 			c.Concurrent, c.Queue, c.QueueWait = 7, 7, 20*time.Millisecond
-			c.Workloads = []Workload{{"batch", 2, 2, 20 * time.Millisecond}, {"report", 1, None, 50 * time.Millisecond}}
+			c.Workloads = []Workload{{Name: "batch", Concurrent: 2, Queue: 2, QueueWait: 20 * time.Millisecond}, {Name: "report", Concurrent: 1, Queue: None, QueueWait: 50 * time.Millisecond}}
 		})},
 	{"workloads raise max_conns under a set concurrent", "gate_concurrent=10 gate_workloads=batch:4:8 host=db",
 		cfgWith("host=db", func(c *Config) {
 			c.MaxConns, c.Concurrent, c.Queue = 14, 10, 10
-			c.Workloads = []Workload{{"batch", 4, 8, time.Second}}
+			c.Workloads = []Workload{{Name: "batch", Concurrent: 4, Queue: 8, QueueWait: time.Second}}
+		})},
+	{"workload options", "host=db gate_workloads=batch:2:2::lend,report:3:1:50ms:auto:lend",
+		cfgWith("host=db", func(c *Config) {
+			c.Concurrent, c.Queue = 5, 5
+			c.Workloads = []Workload{{Name: "batch", Concurrent: 2, Queue: 2, QueueWait: time.Second, Lend: true},
+				{Name: "report", Concurrent: 3, Queue: 1, QueueWait: 50 * time.Millisecond, Auto: true, Lend: true}}
+		})},
+	{"auto concurrency", "host=db gate_concurrent=auto gate_concurrent_min=2 gate_workloads=batch:2",
+		cfgWith("host=db", func(c *Config) {
+			c.Concurrent, c.Queue, c.ConcurrentAuto, c.ConcurrentMin = 8, 8, true, 2
+			c.Workloads = []Workload{{Name: "batch", Concurrent: 2, Queue: 2, QueueWait: time.Second}}
 		})},
 	{"gate_name", "host=db gate_name=orders", cfgWith("host=db", func(c *Config) { c.Name = "orders" })},
 	{"fixed statement and lock timeouts", "postgres://db/shop?gate_statement_timeout=200ms&gate_lock_timeout=1s",
@@ -168,7 +179,9 @@ var malformedDSNTests = []struct {
 	{"workload without B", "password=" + testPassword + " gate_workloads=batch", keyWorkloads},
 	{"workload with B zero", "password=" + testPassword + " gate_workloads=batch:0", keyWorkloads},
 	{"workload with bad wait", "password=" + testPassword + " gate_workloads=batch:1:1:soon", keyWorkloads},
-	{"workload with too many fields", "password=" + testPassword + " gate_workloads=batch:1:1:1s:x", keyWorkloads},
+	{"workload with an unknown option", "password=" + testPassword + " gate_workloads=batch:1:1:1s:x", keyWorkloads},
+	{"workload with an option twice", "password=" + testPassword + " gate_workloads=batch:1:1:1s:lend:lend", keyWorkloads},
+	{"auto with a minimum above the ceiling", "password=" + testPassword + " gate_max_conns=4 gate_concurrent=auto gate_concurrent_min=5", keyConcurrentMin},
 	{"duplicate workload", "password=" + testPassword + " gate_workloads=batch:1,batch:2", keyWorkloads},
 	{"empty workload name", "password=" + testPassword + " gate_workloads=:1", keyWorkloads},
 	{"empty workload item", "password=" + testPassword + " gate_workloads=batch:1,", keyWorkloads},

@@ -20,13 +20,15 @@ type gate struct {
 	pool    *pool       // where a released connection goes when no waiter takes it
 	wl      workloadObs // name and observability counters (observe.go)
 	waiters sync.Pool   // of *waiter: per gate, so that a waiter's timer runs on its gate's clock
+	lend    *lending    // the gate's part in lending between workloads (lend.go); nil when none lends
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	running    int       // execution permits held, including by operations whose connection is being destroyed
-	waiting    int       // waiters in the FIFO list
-	head, tail *waiter   // operations waiting for an execution permit, oldest first
-	standing   time.Time // when the queue last went from empty to non-empty
+	lim        *adaptiveLimit // gate_concurrent=auto (limiter.go), which sets concurrent; nil for a fixed B
+	running    int            // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
+	waiting    int            // waiters in the FIFO list
+	head, tail *waiter        // operations waiting for an execution permit, oldest first
+	standing   time.Time      // when the queue last went from empty to non-empty
 	closed     bool
 
 	admitted        int64
@@ -70,7 +72,7 @@ const (
 // gateConfig is one gate's configuration: the default workload's or a named one's.
 type gateConfig struct {
 	name       string        // the workload: "default" or a name from gate_workloads
-	concurrent int           // B
+	concurrent int           // B; with gate_concurrent=auto the current limit (guarded by gate.mu then)
 	queue      int           // Q
 	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
 	adaptive   bool          // gate_queue_order=adaptive
@@ -81,6 +83,15 @@ func newGate(cfg gateConfig, p *pool) *gate {
 	g.wl.init(cfg.name)
 	g.waiters.New = newWaiter
 	return g
+}
+
+// autoLimit makes the gate's B a ceiling for gate_concurrent=auto, starting at min, when auto is
+// set. It is called before the gate is used.
+func (g *gate) autoLimit(auto bool, min int) {
+	if auto {
+		g.lim = newAdaptiveLimit(chosenAlgorithm(), min, g.concurrent)
+		g.concurrent = g.lim.current()
+	}
 }
 
 // acquire takes an admission permit and then an execution permit. On success the caller holds an
@@ -106,13 +117,13 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.rejectedFull++
 		g.mu.Unlock()
 		return nil, g.wl.full
-	case g.running < g.concurrent && g.head == nil:
+	case g.ownFreeLocked() && g.head == nil:
 		// Nobody waits, so taking the permit cannot jump the queue.
 		g.running++
 		g.admitted++
 		g.mu.Unlock()
 		return nil, nil
-	case g.queueWait <= 0:
+	case g.queueWait <= 0 || g.lim != nil && g.lim.queueTooLong(g.waiting, g.concurrent):
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
@@ -120,8 +131,16 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
 	g.pushLocked(w)
+	var reoffer *lending
+	if g.lend != nil && g.lend.borrows() {
+		// Queued first, so that a lender releasing meanwhile sees us (lend.go).
+		reoffer = g.borrowForWaitersLocked()
+	}
 	wait := g.queueWait
 	g.mu.Unlock()
+	if reoffer != nil {
+		reoffer.offerToBorrowers()
+	}
 
 	w.timer.Reset(wait)
 	select {
@@ -196,9 +215,60 @@ func waitError(err error) error {
 // skipped, never handed a permit (I5). Without a waiter the permit is
 // returned and the connection goes back to the pool. Never blocks, except to close the connection
 // when the pool is already closed.
+//
+// A permit over the current limit (gate_concurrent=auto lowered it) is returned, not handed on;
+// a borrowed one goes back to its lender (lend.go).
 func (g *gate) release(pc *physConn) {
 	g.mu.Lock()
-	newestFirst := g.adaptive && g.head != nil && g.shedLocked()
+	g.releaseLocked(pc)
+}
+
+// releaseSample is release for an operation that held its permit for hold and ended with o: the
+// sample gate_concurrent=auto learns from, taken under the lock release takes anyway.
+func (g *gate) releaseSample(pc *physConn, hold time.Duration, o outcome) {
+	g.mu.Lock()
+	if g.lim != nil && g.lim.observe(monoNow(), hold, o, g.running, g.waiting) {
+		g.concurrent = g.lim.current()
+	}
+	g.releaseLocked(pc)
+}
+
+// releaseLocked is release with g.mu held; it unlocks it.
+func (g *gate) releaseLocked(pc *physConn) {
+	if g.running <= 0 {
+		g.mu.Unlock()
+		panic("gated: execution permit released more often than acquired")
+	}
+	if g.lend != nil && g.lend.nBorrowed > 0 {
+		g.returnBorrowedLocked(pc) // unlocks
+		return
+	}
+	// The releasing operation still counts in running: its permit may pass on only while the
+	// running ones, it included, are within the limit.
+	if g.head != nil && g.running-g.lendBalanceLocked() <= g.concurrent && g.grantLocked(pc, g.adaptive && g.shedLocked()) {
+		g.grantRaisedLocked()
+		g.mu.Unlock()
+		return
+	}
+	g.running--
+	g.grantRaisedLocked()
+	// Still under g.mu, so that the permit and its connection become available together: an
+	// acquirer that gets this permit finds the connection idle and never waits in the pool.
+	closed := pc != nil && !g.pool.put(pc)
+	lends := g.lend != nil && g.lend.lender && g.head == nil
+	g.mu.Unlock()
+	if closed {
+		g.pool.destroy(pc)
+	}
+	if lends {
+		g.lend.offerToBorrowers()
+	}
+}
+
+// grantLocked hands an execution permit, with pc (nil: none), to the first waiter whose context
+// has not ended (the newest with newestFirst), and reports whether there was one. running is
+// unchanged: the permit passes from one operation to the next.
+func (g *gate) grantLocked(pc *physConn, newestFirst bool) bool {
 	for w := g.head; w != nil; w = g.head {
 		if newestFirst {
 			w = g.tail
@@ -211,22 +281,44 @@ func (g *gate) release(pc *physConn) {
 		w.granted, w.pc = true, pc
 		g.admitted++
 		g.waitDuration += time.Since(w.start)
-		g.mu.Unlock()
-		w.ready <- struct{}{}
-		return
+		w.ready <- struct{}{} // buffered: never blocks
+		return true
 	}
-	if g.running <= 0 {
-		g.mu.Unlock()
-		panic("gated: execution permit released more often than acquired")
+	return false
+}
+
+// grantRaisedLocked hands the permits a raised limit made free to waiters at once.
+func (g *gate) grantRaisedLocked() {
+	for g.head != nil && g.ownFreeLocked() {
+		g.running++
+		if !g.grantLocked(nil, false) {
+			g.running--
+			return
+		}
 	}
-	g.running--
-	// Still under g.mu, so that the permit and its connection become available together: an
-	// acquirer that gets this permit finds the connection idle and never waits in the pool.
-	closed := pc != nil && !g.pool.put(pc)
-	g.mu.Unlock()
-	if closed {
-		g.pool.destroy(pc)
+}
+
+// ownFreeLocked reports whether one of the gate's own execution permits is free.
+func (g *gate) ownFreeLocked() bool {
+	return g.running-g.lendBalanceLocked() < g.concurrent
+}
+
+// lendBalanceLocked is the permits the gate borrowed less those it lent: running less this is
+// what the gate's own permits cover.
+func (g *gate) lendBalanceLocked() int {
+	if g.lend == nil {
+		return 0
 	}
+	return g.lend.nBorrowed - g.lend.lent
+}
+
+// setLimitLocked sets the current limit of a gate_concurrent=auto gate, within its bounds, and
+// hands the permits a raise frees to waiters at once. Lowering it takes no permit from a running
+// operation: releases return permits until running is within it.
+func (g *gate) setLimitLocked(n int) {
+	g.lim.limit = float64(n)
+	g.concurrent = g.lim.current()
+	g.grantRaisedLocked()
 }
 
 // shedLocked is gate_queue_order=adaptive's overload rule, checked when a permit is released
@@ -273,6 +365,9 @@ func (g *gate) pushLocked(w *waiter) {
 	}
 	g.tail = w
 	g.waiting++
+	if g.lend != nil {
+		g.lend.waitingHint.Add(1)
+	}
 }
 
 func (g *gate) removeLocked(w *waiter) {
@@ -288,6 +383,9 @@ func (g *gate) removeLocked(w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	g.waiting--
+	if g.lend != nil {
+		g.lend.waitingHint.Add(-1)
+	}
 }
 
 // stats fills the gate's part of s.

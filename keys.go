@@ -15,6 +15,7 @@ const (
 	keyDriver                = "gate_driver"
 	keyMaxConns              = "gate_max_conns"
 	keyConcurrent            = "gate_concurrent"
+	keyConcurrentMin         = "gate_concurrent_min"
 	keyQueue                 = "gate_queue"
 	keyQueueWait             = "gate_queue_wait"
 	keyMaxConnLifetime       = "gate_max_conn_lifetime"
@@ -59,11 +60,23 @@ var dsnKeys = [...]dsnKey{
 		return err
 	}, func(c *Config) (string, bool) { return strconv.Itoa(c.MaxConns), c.MaxConns == defaultMaxConns }},
 	{keyConcurrent, func(c *Config, v string) (err error) {
+		if v == "auto" {
+			c.Concurrent, c.ConcurrentAuto = 0, true
+			return nil
+		}
+		c.ConcurrentAuto = false
 		c.Concurrent, err = parseCount(v, 1)
 		return err
 	}, func(c *Config) (string, bool) {
+		if c.ConcurrentAuto {
+			return "auto", false
+		}
 		return strconv.Itoa(c.Concurrent), c.Concurrent == c.MaxConns-workloadsB(c.Workloads)
 	}},
+	{keyConcurrentMin, func(c *Config, v string) (err error) {
+		c.ConcurrentMin, err = parseCount(v, 1)
+		return err
+	}, func(c *Config) (string, bool) { return strconv.Itoa(c.ConcurrentMin), c.ConcurrentMin <= 1 }},
 	{keyQueue, func(c *Config, v string) (err error) {
 		c.Queue, err = parseCountOrNone(v)
 		return err

@@ -91,7 +91,8 @@ type adaptiveLimit struct {
 	sumRun   int64
 	limited  bool
 
-	base baseline
+	base    baseline
+	service time.Duration // the last window's median hold time, 0 before the first
 }
 
 func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
@@ -140,6 +141,21 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	return true
 }
 
+// queueTooLong reports whether an operation arriving behind waiting others would wait longer
+// than queueDelay allows while limit operations run: each release serves one waiter, about every
+// service/limit. So the queue stays short at a low limit and long service times, where a fixed
+// Q of waiters would wait many service times, while Q remains the cap on waiters.
+func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
+	if a.service <= 0 {
+		return false
+	}
+	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
+}
+
+// queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: one
+// service time, and at least CoDel's target (overloadWait) for fast queries.
+func queueDelay(service time.Duration) time.Duration { return max(service, overloadWait) }
+
 // closeWindow derives the next limit from the open window and starts a new one.
 func (a *adaptiveLimit) closeWindow() {
 	n := a.ok + a.overload + a.failed
@@ -149,6 +165,7 @@ func (a *adaptiveLimit) closeWindow() {
 	}
 	a.base.update(w.rtt, w.inflight)
 	w.base = a.base.value
+	a.service = w.rtt
 	switch {
 	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):
 		// Timeouts and load refusals: back off, and never let them raise the limit, however

@@ -373,3 +373,27 @@ func TestHoldHistMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
+	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	if a.queueTooLong(100, 1) {
+		t.Error("a queue is bounded before the first window measured a service time")
+	}
+	for _, c := range []struct {
+		service        time.Duration
+		limit, waiting int
+		want           bool
+	}{
+		{10 * time.Millisecond, 2, 1, false}, // second in line: 2 × 10ms / 2 ≤ 10ms
+		{10 * time.Millisecond, 2, 2, true},  // third: 15ms
+		{10 * time.Millisecond, 8, 7, false},
+		{10 * time.Millisecond, 8, 8, true},
+		{100 * time.Microsecond, 2, 99, false}, // fast queries: CoDel's 5ms is the bound
+		{100 * time.Microsecond, 2, 100, true},
+	} {
+		a.service = c.service
+		if got := a.queueTooLong(c.waiting, c.limit); got != c.want {
+			t.Errorf("service %v, limit %d, %d waiting: queueTooLong = %v, want %v", c.service, c.limit, c.waiting, got, c.want)
+		}
+	}
+}
