@@ -118,17 +118,21 @@ func TestAutoGateLearnsFromReleaseSamples(t *testing.T) {
 				hold = 10 * time.Microsecond
 			}
 			deadline := time.Now().Add(3 * time.Second) // windows close after windowMin of real time
+			// Demand at the limit: every sample is taken with all permits held, and the
+			// permit is taken again at once, with as many more as a raise allows.
+			held := 0
 			for time.Now().Before(deadline) {
-				n := gateStats(g).Concurrent
-				for range n {
+				for ; held < gateStats(g).Concurrent; held++ {
 					mustAcquire(t, g)
 				}
-				for range n {
-					g.releaseSample(nil, hold, c.o)
-				}
+				g.releaseSample(nil, hold, c.o)
+				held--
 				if c.o == outcomeOK && gateStats(g).Concurrent == 8 {
 					break
 				}
+			}
+			for ; held > 0; held-- {
+				g.release(nil)
 			}
 			if got := gateStats(g).Concurrent; !c.want(got) {
 				t.Errorf("limit %d after 3s of samples", got)

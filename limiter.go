@@ -56,10 +56,10 @@ type limitAlgorithm interface {
 
 // windowStats is what one window measured.
 type windowStats struct {
-	rtt      time.Duration // median hold time of the window's service samples (OK and overload)
+	rtt      time.Duration // median hold time of service samples (OK and overload), averaged over windows
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
 	inflight float64       // mean running operations at the samples
-	limited  bool          // demand reached the limit: running ≥ limit or operations waited
+	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
 	ok       int           // samples that ended normally
 	overload int           // samples ended by a timeout or a load refusal
 	failed   int           // samples that failed for other reasons (not in rtt)
@@ -73,6 +73,7 @@ const (
 	gradientTolerance  = 1.5
 	overloadShare      = 0.1 // share of a window's samples ended by overload that lowers the limit
 	overloadBackoff    = 0.9 // factor applied to the limit then
+	limitedShare       = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
 	baselineDriftShare = 8   // a slower no-load measurement moves the baseline by 1/baselineDriftShare of the difference per window
 )
 
@@ -89,10 +90,11 @@ type adaptiveLimit struct {
 	overload int
 	failed   int
 	sumRun   int64
-	limited  bool
+	limited  int // samples that found demand at the limit
 
-	base    baseline
-	service time.Duration // the last window's median hold time, 0 before the first
+	base     baseline
+	service  time.Duration // the last window's median hold time, 0 before the first
+	smoothed time.Duration // the window medians' moving average, halved per window: what the algorithm sees
 }
 
 func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
@@ -132,7 +134,7 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	}
 	a.sumRun += int64(running)
 	if running >= a.current() || waiting > 0 {
-		a.limited = true
+		a.limited++
 	}
 	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
 		return false
@@ -160,12 +162,19 @@ func queueDelay(service time.Duration) time.Duration { return max(service, overl
 func (a *adaptiveLimit) closeWindow() {
 	n := a.ok + a.overload + a.failed
 	w := windowStats{
-		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited,
+		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited*limitedShare >= n,
 		ok: a.ok, overload: a.overload, failed: a.failed,
 	}
 	a.base.update(w.rtt, w.inflight)
 	w.base = a.base.value
 	a.service = w.rtt
+	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
+	// half as far; two in a row, as a real change does, most of the way.
+	if a.smoothed == 0 {
+		a.smoothed = w.rtt
+	}
+	a.smoothed = (a.smoothed + w.rtt) / 2
+	w.rtt = max(a.smoothed, w.base)
 	switch {
 	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):
 		// Timeouts and load refusals: back off, and never let them raise the limit, however
@@ -178,7 +187,7 @@ func (a *adaptiveLimit) closeWindow() {
 	}
 	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
 	a.hist.reset()
-	a.ok, a.overload, a.failed, a.sumRun, a.limited = 0, 0, 0, 0, false
+	a.ok, a.overload, a.failed, a.sumRun, a.limited = 0, 0, 0, 0, 0
 }
 
 // A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
@@ -218,7 +227,7 @@ type gradientLimit struct {
 
 const (
 	gradientFlat   = 1.2
-	gradientMemory = 50
+	gradientMemory = 5
 )
 
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
@@ -227,20 +236,22 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 			a.knee = 0
 		}
 	}
+	// Growth is reckoned from the limit in force, the rounded one: a limit of 1.8 admits 2.
+	cur := max(1, math.Round(limit))
 	ratio := float64(w.rtt) / float64(w.base)
 	if ratio > gradientTolerance {
-		a.knee, a.memory = limit, gradientMemory
+		a.knee, a.memory = cur, gradientMemory
 		return limit * max(0.5, (1+gradientTolerance/ratio)/2)
 	}
 	if !w.limited {
 		return limit
 	}
-	// rtt × (limit+step)/limit ≤ tolerance × base.
-	if step := math.Floor(limit * (gradientTolerance/ratio - 1)); step >= 1 {
-		return limit + step
+	// rtt × (cur+step)/cur ≤ tolerance × base.
+	if step := math.Floor(cur * (gradientTolerance/ratio - 1)); step >= 1 {
+		return cur + step
 	}
-	if ratio <= gradientFlat && (a.knee == 0 || limit+1 < a.knee) {
-		return limit + 1
+	if ratio <= gradientFlat && (a.knee == 0 || cur+1 < a.knee) {
+		return cur + 1
 	}
 	return limit
 }
