@@ -217,3 +217,26 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 		mustAcquire(t, g)
 	}
 }
+
+// errAllocProbe is a server error that says nothing about load, made once.
+var errAllocProbe error = stateErr("23505")
+
+// A failing call costs gate_concurrent=auto no allocation beyond what it costs a fixed gate
+// (the observer's classification of server errors allocates on both).
+func TestAutoAddsNoAllocationToAFailingCall(t *testing.T) {
+	allocs := func(params string) float64 {
+		_, c, _ := openFake(t, params)
+		cn := &conn{c: c}
+		ctx := context.Background()
+		return testing.AllocsPerRun(1000, func() {
+			if err := cn.run(ctx, false, func(*physConn) error { return errAllocProbe }); err != errAllocProbe {
+				t.Fatal(err)
+			}
+			cn.unbind()
+		})
+	}
+	fixed, auto := allocs("gate_max_conns=1"), allocs("gate_max_conns=1 gate_concurrent=auto")
+	if auto > fixed {
+		t.Errorf("a failing call allocates %v times with gate_concurrent=auto, %v with a fixed B", auto, fixed)
+	}
+}

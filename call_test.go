@@ -172,7 +172,14 @@ func (fakeRows) Close() error              { return nil }
 func (fakeRows) Next([]driver.Value) error { return io.EOF }
 
 func TestCallsAllocateNothing(t *testing.T) {
-	_, c, _ := openFake(t, "gate_max_conns=1")
+	// Also with gate_concurrent=auto, whose samples are taken at unbind.
+	for _, params := range []string{"gate_max_conns=1", "gate_max_conns=1 gate_concurrent=auto"} {
+		t.Run(params, func(t *testing.T) { testCallsAllocateNothing(t, params) })
+	}
+}
+
+func testCallsAllocateNothing(t *testing.T, params string) {
+	_, c, _ := openFake(t, params)
 	cn := &conn{c: c}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -451,17 +451,20 @@ func TestCloseClosesEveryPhysicalConnection(t *testing.T) {
 }
 
 func TestBindAndUnbindDoNotAllocate(t *testing.T) {
-	_, c, _ := openFake(t, "gate_max_conns=1")
-	cn := &conn{c: c}
-	ctx := context.Background()
-	allocs := testing.AllocsPerRun(1000, func() {
-		if err := cn.bind(ctx); err != nil {
-			t.Fatal(err)
+	for _, params := range []string{"gate_max_conns=1", "gate_max_conns=1 gate_concurrent=auto",
+		"gate_max_conns=2 gate_concurrent=1 gate_workloads=batch:1:1:1s:lend"} {
+		_, c, _ := openFake(t, params)
+		cn := &conn{c: c}
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			if err := cn.bind(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cn.unbind()
+		})
+		if allocs != 0 {
+			t.Errorf("%s: bind+unbind allocates %v times", params, allocs)
 		}
-		cn.unbind()
-	})
-	if allocs != 0 {
-		t.Errorf("bind+unbind allocates %v times", allocs)
 	}
 }
 

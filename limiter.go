@@ -37,9 +37,15 @@ func outcomeOf(ctx context.Context, err error) outcome {
 	if err == nil {
 		return outcomeOK
 	}
-	switch sqlState(err) {
-	case "57014", "55P03", "40001", "40P01", "53300", "53400":
-		return outcomeOverload
+	// Not sqlState: its errors.As allocates, and the limiter adds no allocation per operation.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if s, ok := e.(interface{ SQLState() string }); ok {
+			switch s.SQLState() {
+			case "57014", "55P03", "40001", "40P01", "53300", "53400":
+				return outcomeOverload
+			}
+			break
+		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || ctx != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return outcomeOverload

@@ -310,6 +310,7 @@ type point1 struct {
 	Goodput float64 // successes per second completing in the step
 	P99     time.Duration
 	Refused int64
+	hist    *coarseHist // the successes' latencies in the step
 }
 
 // A recorder collects one run's outcomes; safe for concurrent use.
@@ -365,6 +366,13 @@ func coarseValue(i int) time.Duration {
 func (h *coarseHist) add(d time.Duration) {
 	h.n[coarseIndex(d)].Add(1)
 	h.total.Add(1)
+}
+
+func (h *coarseHist) merge(o *coarseHist) {
+	for i := range o.n {
+		h.n[i].Add(o.n[i].Load())
+	}
+	h.total.Add(o.total.Load())
 }
 
 func (h *coarseHist) quantile(q float64) time.Duration {
@@ -488,7 +496,7 @@ func (b *bench) offer(ctx context.Context, t *adTarget, phases []phaseLoad, seed
 	for i := 0; i < steps && i < len(rec.buck); i++ {
 		bk := &rec.buck[i]
 		p := point1{T: (time.Duration(i) * b.ac.step).Seconds(), Goodput: float64(bk.ok.Load()) / b.ac.step.Seconds(),
-			P99: bk.hist.quantile(0.99), Refused: bk.refused.Load()}
+			P99: bk.hist.quantile(0.99), Refused: bk.refused.Load(), hist: &bk.hist}
 		if n := bk.limN.Load(); n > 0 {
 			p.Limit = float64(bk.limSum.Load()) / float64(n)
 		}
@@ -742,7 +750,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	phase := 4 * b.ac.duration
 	rate := 3 * capacity
 	phases := func() []phaseLoad {
-		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(2)}, {d: phase, rate: rate, work: w}}
+		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.P)}, {d: phase, rate: rate, work: w}}
 	}
 	keep := []*adTarget{ts[0], ts[1], ts[3]} // B=P, auto, peer
 	saved := b.ac.rounds
@@ -752,7 +760,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	if err != nil {
 		return err
 	}
-	rep.add(&scenarioResult{Name: "drop", Title: fmt.Sprintf("capacity drop: CPU-bound query at 3×; 2 competing CPU-bound sessions from %v to %v", phase, 2*phase),
+	rep.add(&scenarioResult{Name: "drop", Title: fmt.Sprintf("capacity drop: CPU-bound query at 3×; %d competing CPU-bound sessions from %v to %v", b.ac.P, phase, 2*phase),
 		Capacity: capacity, Unloaded: unl, Loads: []float64{3}, Runs: res, Order: names(keep), Phase: phase})
 	return nil
 }

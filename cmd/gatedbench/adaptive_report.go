@@ -230,9 +230,9 @@ func (r *adaptiveReport) cpuTargets(b *strings.Builder, s *scenarioResult) {
 	r.target("cpu 5×: auto ahead of "+peerName, "goodput and p99", fmt.Sprintf("goodput %.0f vs %.0f, p99 %s vs %s", ga, gp, fms(pa), fms(pp)), ga >= gp && pa <= pp)
 }
 
-// dropTargets: after the competing load starts, how long until every later step's p99 is within
-// 3× unloaded; after it stops, how long until the goodput (1 s moving mean) is back to 90 % of the
-// first phase's second half.
+// dropTargets: after the competing load starts, how long until the p99 of every later second
+// (a 1 s window sliding by one step) is within 3× unloaded; after it stops, how long until the
+// goodput (1 s moving mean) is back to 90 % of the first phase's second half.
 func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
 	step := r.cfg.step.Seconds()
 	for _, name := range s.Order {
@@ -246,15 +246,26 @@ func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
 				case p.T >= ph/2 && p.T < ph:
 					before += p.Goodput
 					n++
-				case p.T >= ph && p.T < 2*ph:
-					if p.P99 > 3*s.Unloaded || p.Goodput == 0 {
-						last = p.T - ph + step
+				}
+			}
+			win := int(math.Round(1 / step))
+			for i := range rr.Series {
+				p := rr.Series[i]
+				if p.T < ph || p.T+1 > 2*ph || i+win > len(rr.Series) {
+					continue
+				}
+				var h coarseHist
+				for _, q := range rr.Series[i : i+win] {
+					if q.hist != nil {
+						h.merge(q.hist)
 					}
+				}
+				if h.quantile(0.99) > 3*s.Unloaded || h.total.Load() == 0 {
+					last = p.T - ph + 1
 				}
 			}
 			settle = max(last, 0)
 			before /= max(n, 1)
-			win := int(math.Round(1 / step))
 			for i := range rr.Series {
 				p := rr.Series[i]
 				if p.T < 2*ph || i+win > len(rr.Series) {
