@@ -18,7 +18,7 @@ import (
 // medians with min–max error bars where there are rounds.
 
 // contenderStyle gives each contender the same color and glyph in every chart.
-var contenderStyle = map[string]int{plainName: 0, gatedName: 1, nativeName: 2}
+var contenderStyle = map[string]int{plainName: 0, gatedName: 1, nativeName: 2, autoName: 3}
 
 // overheadChart draws, per workload, throughput against goroutines and the time per operation
 // relative to plain (with the targets as dashed lines).
@@ -84,10 +84,14 @@ func overloadChart(res *results, path string) error {
 			p.X.Scale = plot.LogScale{}
 			p.X.Tick.Marker = valueTicks(res.Config.Loads, "×")
 		}
-		for _, name := range []string{plainName, gatedName} {
+		for _, name := range []string{plainName, gatedName, autoName} {
 			var xs []float64
 			var gs, ls, hs, lives []stat
-			for _, r := range q.Rows {
+			rows := q.Rows
+			if name == autoName && len(q.Auto) > 0 {
+				rows = q.Auto[1:]
+			}
+			for _, r := range rows {
 				if r.Contender != name {
 					continue
 				}

@@ -67,6 +67,7 @@ type config struct {
 	ArrivalSeed int64         // overload: source of the random arrival process
 
 	Queries            []string // overload queries to run (names of overloadQueries)
+	Auto               bool     // overload: also gated with gate_concurrent=auto
 	Overhead, Overload bool     // sections to run
 	Observe            string   // overhead: what is attached to gated ("", "metrics", "traces"; observe.go)
 	Quick              bool     // smoke run
@@ -83,7 +84,7 @@ func defaults() config {
 		Goroutines: []int{1, 8, 32, 256}, Rounds: 10, Cell: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		Loads: []float64{1, 2, 5, 10}, Duration: 10 * time.Second, CapacityFor: 3 * time.Second,
 		Unloaded: 0.1, MaxInflight: 20000, Sleep: 5 * time.Millisecond, CPURows: 20000, ArrivalSeed: 1,
-		Queries: []string{"sleep", "cpu"}, Overhead: true, Overload: true,
+		Queries: []string{"sleep", "cpu"}, Overhead: true, Overload: true, Auto: true,
 	}
 }
 
@@ -144,6 +145,7 @@ func parseFlags(args []string) (config, string, error) {
 	fs.StringVar(&cfg.Note, "note", "", "a note printed at the top of the report, for example about a shared machine")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to `file` (all contenders: use pprof -focus)")
 	fs.StringVar(&cfg.MutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to `file`")
+	fs.BoolVar(&cfg.Auto, "auto", cfg.Auto, "overload: also run gated with gate_concurrent=auto (a row beside gated's)")
 	fs.BoolVar(&cfg.Quick, "quick", false, "smoke run of under a minute: "+quickSummary())
 	goroutines := fs.String("goroutines", "1,8,32,256", "overhead goroutine counts")
 	loads := fs.String("loads", "1,2,5,10", "overload levels as multiples of the measured capacity")

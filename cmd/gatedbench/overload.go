@@ -64,6 +64,23 @@ type overloadQuery struct {
 	BytesPerOp  float64       // heap bytes allocated per operation in the capacity run
 	Unloaded    []overloadRow // plain and gated at cfg.Unloaded × capacity
 	Rows        []overloadRow // each load level, plain then gated
+	Auto        []overloadRow // gated with gate_concurrent=auto (-auto): unloaded, then each load level
+}
+
+// autoRows returns q with the auto rows in the gated rows' places, for the checks.
+func (q *overloadQuery) autoRows() *overloadQuery {
+	a := *q
+	a.Rows = append([]overloadRow(nil), q.Rows...)
+	for i, r := range a.Rows {
+		if r.Contender == gatedName {
+			for _, ar := range q.Auto[1:] {
+				if ar.Load == r.Load {
+					a.Rows[i] = ar
+				}
+			}
+		}
+	}
+	return &a
 }
 
 // unloadedP99 returns the unloaded p99 of successes of contender name.
@@ -136,6 +153,10 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 		}
 	}()
 	plain, gatedC := cs[0], cs[1]
+	var auto *overloadContender
+	if len(cs) > 2 {
+		auto = &cs[2]
+	}
 	closedOp := func(db *sql.DB) op {
 		return func(ctx context.Context, _ int) error { return queryOnce(ctx, db, q) }
 	}
@@ -161,15 +182,19 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 		if err != nil {
 			return oq, err
 		}
-		oq.Unloaded = append(oq.Unloaded, row)
+		if c.name == autoName {
+			oq.Auto = append(oq.Auto, row)
+		} else {
+			oq.Unloaded = append(oq.Unloaded, row)
+		}
 		p.printf("overload %s unloaded (%g×) %s: %s", q.Name, cfg.Unloaded, c.name, row.brief())
 	}
 	for li, load := range cfg.Loads {
-		order := cs
+		order := []overloadContender{plain, gatedC}
 		if li%2 == 1 {
 			order = []overloadContender{gatedC, plain}
 		}
-		rows := make([]overloadRow, len(cs))
+		rows := make([]overloadRow, 2)
 		for _, c := range order {
 			row, err := openLoop(ctx, cfg, c, q, load, oq.Capacity, rand.NewPCG(uint64(cfg.ArrivalSeed), qi<<32|uint64(li+1)))
 			if err != nil {
@@ -183,6 +208,21 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 			p.printf("overload %s %g× %s: %s", q.Name, load, c.name, row.brief())
 		}
 		oq.Rows = append(oq.Rows, rows...)
+		if auto != nil {
+			// gate_concurrent=auto, warmed up at the same load first: it starts at its minimum.
+			src := rand.NewPCG(uint64(cfg.ArrivalSeed), qi<<32|uint64(li+1))
+			warm := cfg
+			warm.Duration = min(time.Second, cfg.Duration)
+			if _, err := openLoop(ctx, warm, *auto, q, load, oq.Capacity, rand.NewPCG(uint64(cfg.ArrivalSeed)+1, qi<<32|uint64(li+1))); err != nil {
+				return oq, err
+			}
+			row, err := openLoop(ctx, cfg, *auto, q, load, oq.Capacity, src)
+			if err != nil {
+				return oq, err
+			}
+			oq.Auto = append(oq.Auto, row)
+			p.printf("overload %s %g× %s: %s", q.Name, load, auto.name, row.brief())
+		}
 	}
 	return oq, nil
 }
@@ -198,7 +238,7 @@ func (r *overloadRow) brief() string {
 		s += fmt.Sprintf(" DROPPED %d (cap %d hit)", r.Dropped, r.Inflight)
 	}
 	s += fmt.Sprintf("; peaks: %d goroutines, %.1f MiB heap, %d server conns", r.Peaks.Goroutines, mib(r.Peaks.HeapBytes), r.Peaks.ServerConns)
-	if r.Contender == gatedName {
+	if r.Contender != plainName {
 		s += fmt.Sprintf(", %d waiting", r.Peaks.Waiting)
 	}
 	if r.FirstOther != "" {
@@ -237,11 +277,33 @@ func openOverloadContenders(cfg config) ([]overloadContender, error) {
 		return nil, err
 	}
 	c, _ := gated.FromDB(gdb)
-	return []overloadContender{
+	cs := []overloadContender{
 		{name: plainName, app: plainApp, db: plain},
 		{name: gatedName, app: gatedApp, db: gdb, gate: c},
-	}, nil
+	}
+	if cfg.Auto {
+		autoApp := fmt.Sprintf("gatedbench_%d_ol_auto", os.Getpid())
+		autoDSN, err := withParams(cfg.URL, "application_name", autoApp,
+			"gate_max_conns", strconv.Itoa(cfg.P), "gate_concurrent", "auto",
+			"gate_queue", strconv.Itoa(cfg.Q), "gate_queue_wait", cfg.Deadline.String(),
+			"gate_queue_order", cfg.Order)
+		if err != nil {
+			return nil, err
+		}
+		adb, err := gated.Open(autoDSN)
+		if err != nil {
+			plain.Close()
+			gdb.Close()
+			return nil, err
+		}
+		ac, _ := gated.FromDB(adb)
+		cs = append(cs, overloadContender{name: autoName, app: autoApp, db: adb, gate: ac})
+	}
+	return cs, nil
 }
+
+// autoName is the overload contender with gate_concurrent=auto.
+const autoName = "gated auto"
 
 // arrivals collects the outcomes of one open-loop run; its methods are safe for concurrent use.
 type arrivals struct {

@@ -379,9 +379,9 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 				q.BytesPerOp, cfg.Unloaded, fmtDur(q.unloadedP99(plainName)), fmtDur(q.unloadedP99(gatedName)))
 			pf("| load | contender | offered/s | goodput/s | of capacity | success p50 | success p99 | refusal p99 | refused: full + timeout | deadline | late | other | dropped |\n")
 			pf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-			for _, r := range append(append([]overloadRow(nil), q.Unloaded...), q.Rows...) {
+			for _, r := range withAuto(q, append(append([]overloadRow(nil), q.Unloaded...), q.Rows...)) {
 				refused := "–"
-				if r.Contender == gatedName {
+				if r.Contender != plainName {
 					refused = fmt.Sprintf("%d + %d", r.RejectedFull, r.RejectedTimeout)
 				}
 				pf("| %g× | %s | %.0f | %.0f | %.0f %% | %s | %s | %s | %s | %d | %d | %d | %d |\n", r.Load, r.Contender,
@@ -397,11 +397,16 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 				"peak server conns | peak waiting | goodput ≥%.0f%% | ≥ plain | p99 ≤%.0f× | refusal ≤%s | waiting ≤Q | heap |\n",
 				goodputShare*100, p99Factor, fmtDur(refusalP99Limit))
 			pf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|\n")
-			for i, r := range q.Rows {
+			aq := q.autoRows()
+			for _, r := range withAuto(q, q.Rows) {
 				c := rowChecks{}
 				waiting := "–"
-				if r.Contender == gatedName {
-					c = checkRow(cfg, q, i)
+				switch r.Contender {
+				case gatedName:
+					c = checkRow(cfg, q, indexOf(q.Rows, r))
+					waiting = strconv.Itoa(r.Peaks.Waiting)
+				case autoName:
+					c = checkRow(cfg, aq, indexOf(aq.Rows, r))
 					waiting = strconv.Itoa(r.Peaks.Waiting)
 				}
 				pf("| %g× | %s | %.1f | %.1f | %s | %d | %d | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Load, r.Contender,
@@ -415,6 +420,37 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// withAuto returns rows with each gated row followed by the auto row of the same load, if any.
+func withAuto(q *overloadQuery, rows []overloadRow) []overloadRow {
+	if len(q.Auto) == 0 {
+		return rows
+	}
+	var out []overloadRow
+	for ri, r := range rows {
+		out = append(out, r)
+		if r.Contender != gatedName {
+			continue
+		}
+		unloaded := ri < len(q.Unloaded) && len(rows) > len(q.Rows)
+		for ai, ar := range q.Auto {
+			if ar.Load == r.Load && (ai == 0) == unloaded {
+				out = append(out, ar)
+			}
+		}
+	}
+	return out
+}
+
+// indexOf returns the index of the row of r's load and contender in rows.
+func indexOf(rows []overloadRow, r overloadRow) int {
+	for i, x := range rows {
+		if x.Load == r.Load && x.Contender == r.Contender {
+			return i
+		}
+	}
+	return -1
 }
 
 func serverConns(n int) string {
