@@ -218,8 +218,8 @@ func (b *baseline) update(rtt time.Duration, inflight float64) {
 }
 
 // gradientLimit is a gradient limiter in the manner of Netflix's Gradient2, with the growth
-// rule replaced: the limit falls by half of how far the median hold time exceeds
-// gradientTolerance × baseline, and rises, only while demand presses on it, by the largest step
+// rule replaced: the limit falls by half of how far the median hold time exceeds the tolerance,
+// gradientTolerance × baseline (at least latencySlack above it), and rises, only while demand presses on it, by the largest step
 // that keeps the hold time within tolerance even if it grew in proportion to the concurrency
 // (the worst case, a CPU-bound server past its cores). So it neither creeps up at a steady
 // gradient nor oscillates around the knee, and on a server whose latency stays flat it climbs to
@@ -234,6 +234,12 @@ type gradientLimit struct {
 const (
 	gradientFlat   = 1.2
 	gradientMemory = 5
+	// latencySlack is the least hold time the tolerance allows above the baseline: for fast
+	// queries (SELECT 1 takes 50 µs here) the client's own CPU makes the hold time grow with
+	// the concurrency long before the database is saturated, and throughput still grows with
+	// it; a tenth of a millisecond of queueing is not worth halving the throughput for. The
+	// ceiling bounds such a gate, as a fixed B does.
+	latencySlack = time.Millisecond
 )
 
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
@@ -244,19 +250,20 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	}
 	// Growth is reckoned from the limit in force, the rounded one: a limit of 1.8 admits 2.
 	cur := max(1, math.Round(limit))
-	ratio := float64(w.rtt) / float64(w.base)
-	if ratio > gradientTolerance {
+	rtt, base := float64(w.rtt), float64(w.base)
+	tol := max(gradientTolerance*base, base+float64(latencySlack))
+	if rtt > tol {
 		a.knee, a.memory = cur, gradientMemory
-		return limit * max(0.5, (1+gradientTolerance/ratio)/2)
+		return limit * max(0.5, (1+tol/rtt)/2)
 	}
 	if !w.limited {
 		return limit
 	}
-	// rtt × (cur+step)/cur ≤ tolerance × base.
-	if step := math.Floor(cur * (gradientTolerance/ratio - 1)); step >= 1 {
+	// rtt × (cur+step)/cur ≤ tol.
+	if step := math.Floor(cur * (tol/rtt - 1)); step >= 1 {
 		return cur + step
 	}
-	if ratio <= gradientFlat && (a.knee == 0 || cur+1 < a.knee) {
+	if rtt <= gradientFlat*base && (a.knee == 0 || cur+1 < a.knee) {
 		return cur + 1
 	}
 	return limit
