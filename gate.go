@@ -394,6 +394,9 @@ func (g *gate) stats(s *Stats) {
 	defer g.mu.Unlock()
 	s.Concurrent, s.Queue = g.concurrent, g.queue
 	s.Running, s.Waiting = g.running, g.waiting
+	if g.lend != nil {
+		s.Lent, s.Borrowed = g.lend.lent, g.lend.nBorrowed
+	}
 	s.Admitted = g.admitted
 	s.RejectedFull = g.rejectedFull
 	s.RejectedTimeout = g.rejectedTimeout

@@ -38,6 +38,9 @@ func TestLendingIdlePermitsServeAnotherGate(t *testing.T) {
 	if _, _, l, _ := lendCounts(batch); l != 2 {
 		t.Fatalf("batch lent %d, want 2", l)
 	}
+	if ws, bs := gateStats(web), gateStats(batch); ws.Borrowed != 2 || bs.Lent != 2 || bs.Running != 0 {
+		t.Errorf("Stats: web borrowed %d, batch lent %d and running %d; want 2, 2, 0", ws.Borrowed, bs.Lent, bs.Running)
+	}
 	queued := acquireAsync(t, web, context.Background()) // nothing left to borrow
 	// batch's own operation waits for one borrowed operation to end, no longer.
 	own := acquireAsync(t, batch, context.Background())

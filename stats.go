@@ -12,11 +12,13 @@ import (
 // counters are kept whether or not an [Observer] is attached; gatedprom and gatedotel export them
 // as they are here.
 type Stats struct {
-	Concurrent int // B: execution permits
+	Concurrent int // B: execution permits; with gate_concurrent=auto (or the workload option auto) the current limit
 	Queue      int // Q: admission permits beyond B
 
-	Running int // execution permits held now (B - Running are available)
-	Waiting int // operations waiting for an execution permit now
+	Running  int // execution permits held now, borrowed ones included (B - Running + Borrowed - Lent are available)
+	Waiting  int // operations waiting for an execution permit now
+	Lent     int // this gate's execution permits held now by other gates' operations (the workload option lend)
+	Borrowed int // operations counted in Running that hold a permit lent by another gate
 
 	Admitted        int64         // operations that got an execution permit
 	RejectedFull    int64         // refused at once with ErrAdmissionFull
