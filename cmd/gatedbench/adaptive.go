@@ -31,6 +31,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,7 @@ type adaptiveConfig struct {
 	scenarios []string
 	cpuRows   int
 	auto      string // the value of gate_concurrent for the auto contender
+	compete   int    // drop: competing CPU-bound sessions
 }
 
 var adaptiveScenarios = []string{"cpu", "sleep", "lock", "drop", "fail", "lend", "overhead", "steady"}
@@ -75,6 +77,7 @@ func runAdaptiveCmd(args []string, out, log io.Writer) int {
 	fs.IntVar(&ac.rounds, "rounds", ac.rounds, "interleaved rounds per scenario")
 	fs.DurationVar(&ac.steady, "steady", ac.steady, "length of the steady scenario")
 	fs.StringVar(&ac.auto, "auto", ac.auto, "gate_concurrent of the auto contender")
+	fs.IntVar(&ac.compete, "compete", runtime.NumCPU(), "drop: competing CPU-bound sessions on the server (default: as many as this machine's CPUs, which the server shares here)")
 	scen := fs.String("scenarios", strings.Join(adaptiveScenarios[:len(adaptiveScenarios)-1], ","), "scenarios: "+strings.Join(adaptiveScenarios, ","))
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -750,7 +753,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	phase := 4 * b.ac.duration
 	rate := 3 * capacity
 	phases := func() []phaseLoad {
-		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.P)}, {d: phase, rate: rate, work: w}}
+		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.compete)}, {d: phase, rate: rate, work: w}}
 	}
 	keep := []*adTarget{ts[0], ts[1], ts[3]} // B=P, auto, peer
 	saved := b.ac.rounds
@@ -760,7 +763,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	if err != nil {
 		return err
 	}
-	rep.add(&scenarioResult{Name: "drop", Title: fmt.Sprintf("capacity drop: CPU-bound query at 3×; %d competing CPU-bound sessions from %v to %v", b.ac.P, phase, 2*phase),
+	rep.add(&scenarioResult{Name: "drop", Title: fmt.Sprintf("capacity drop: CPU-bound query at 3×; %d competing CPU-bound sessions from %v to %v", b.ac.compete, phase, 2*phase),
 		Capacity: capacity, Unloaded: unl, Loads: []float64{3}, Runs: res, Order: names(keep), Phase: phase})
 	return nil
 }
