@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,7 +156,15 @@ func TestMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 	// B = P, the most a single workload may take: every connection the pool may open is in use
 	// at the peak.
 	const p, b, q = 5, 5, 5
-	runPG(t, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=100ms", p, b, q), func(t *testing.T, e *pgEnv) {
+	// Also with gate_concurrent=auto, whose ceiling is then P.
+	for _, concurrent := range []string{strconv.Itoa(b), "auto"} {
+		t.Run("gate_concurrent="+concurrent, func(t *testing.T) { testMixedOverloadNeverOpensMoreThanP(t, concurrent) })
+	}
+}
+
+func testMixedOverloadNeverOpensMoreThanP(t *testing.T, concurrent string) {
+	const p, b, q = 5, 5, 5
+	runPG(t, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%s&gate_queue=%d&gate_queue_wait=100ms", p, concurrent, q), func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		table := pgTable(t, adm, "id serial primary key, v int")
 		load := runMixedOverload(t, db, c, adm, app, table, 10*(b+q), 30)

@@ -183,7 +183,16 @@ func TestWorkloadIsolationUnderOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("overload test")
 	}
-	runPG(t, "gate_max_conns=6&gate_concurrent=4&gate_queue=4&gate_workloads=batch:2:2:50ms", func(t *testing.T, e *pgEnv) {
+	// Also when batch lends its idle permits (it has none idle here), and with the default
+	// workload's limit found by gate_concurrent=auto.
+	for _, params := range []string{"gate_concurrent=4&gate_workloads=batch:2:2:50ms", "gate_concurrent=4&gate_workloads=batch:2:2:50ms:lend",
+		"gate_concurrent=auto&gate_workloads=batch:2:2:50ms:lend"} {
+		t.Run(params, func(t *testing.T) { testWorkloadIsolationUnderOverload(t, params) })
+	}
+}
+
+func testWorkloadIsolationUnderOverload(t *testing.T, params string) {
+	runPG(t, "gate_max_conns=6&gate_queue=4&"+params, func(t *testing.T, e *pgEnv) {
 		batch := WithWorkload(context.Background(), "batch")
 		var stop atomic.Bool
 		var maxBatch, maxSleeping atomic.Int64
