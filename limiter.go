@@ -74,11 +74,12 @@ type windowStats struct {
 // Tuning of the limiter. A window closes after windowMin and windowSamples service samples; the
 // gradient algorithm keeps the median hold time within gradientTolerance of the baseline.
 const (
-	windowMin          = 100 * time.Millisecond
+	windowMin          = 200 * time.Millisecond
 	windowSamples      = 16
 	gradientTolerance  = 1.5
 	overloadShare      = 0.1 // share of a window's samples ended by overload that lowers the limit
 	overloadBackoff    = 0.9 // factor applied to the limit then
+	smoothing          = 4   // the algorithm sees the window medians' moving average, each window weighing 1/smoothing
 	limitedShare       = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
 	baselineDriftShare = 8   // a slower no-load measurement moves the baseline by 1/baselineDriftShare of the difference per window
 )
@@ -100,7 +101,7 @@ type adaptiveLimit struct {
 
 	base     baseline
 	service  time.Duration // the last window's median hold time, 0 before the first
-	smoothed time.Duration // the window medians' moving average, halved per window: what the algorithm sees
+	smoothed time.Duration // the window medians' moving average (smoothing): what the algorithm sees
 }
 
 func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
@@ -175,11 +176,11 @@ func (a *adaptiveLimit) closeWindow() {
 	w.base = a.base.value
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
-	// half as far; two in a row, as a real change does, most of the way.
+	// a quarter as far; a real change, which lasts, most of the way within a few windows.
 	if a.smoothed == 0 {
 		a.smoothed = w.rtt
 	}
-	a.smoothed = (a.smoothed + w.rtt) / 2
+	a.smoothed += (w.rtt - a.smoothed) / smoothing
 	w.rtt = max(a.smoothed, w.base)
 	switch {
 	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):

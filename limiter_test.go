@@ -246,7 +246,7 @@ func TestLimiterStaysSteadyUnderSteadyOverload(t *testing.T) {
 			m    dbModel
 		}{{"cpu", cpuBound(simS, 2)}, {"lock", lockBound(1500*time.Microsecond, 600*time.Microsecond)}, {"sleep", sleepBound(simS)}} {
 			tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db.m, demand: 100}, {d: 10 * time.Minute, db: db.m, demand: 100}})
-			// The limit averaged over each second (a window is 100 ms) against the mean of
+			// The limit averaged over every ten windows (two seconds) against the mean of
 			// the whole run.
 			l := tr.limits[1]
 			sum := 0
