@@ -125,7 +125,7 @@ func TestAutoGateLearnsFromReleaseSamples(t *testing.T) {
 				for ; held < gateStats(g).Concurrent; held++ {
 					mustAcquire(t, g)
 				}
-				g.releaseSample(nil, hold, c.o)
+				g.releaseSample(nil, monoNow(), hold, c.o)
 				held--
 				if c.o == outcomeOK && gateStats(g).Concurrent == 8 {
 					break
@@ -193,7 +193,7 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 				check(since)
 				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
 				if r.IntN(2) == 0 {
-					g.releaseSample(nil, time.Millisecond, outcomeOK)
+					g.releaseSample(nil, monoNow(), time.Millisecond, outcomeOK)
 				} else {
 					g.release(nil)
 				}

@@ -93,9 +93,9 @@ func (b *binding) unbind(c *Connector) {
 		pc.used = true
 		pc.rested()
 		if g := b.g; g.lim != nil {
-			hold, worst := monoNow()-b.readyAt, b.worst
+			now, worst := monoNow(), b.worst
 			b.g, b.pc = nil, nil
-			g.releaseSample(pc, hold, worst)
+			g.releaseSample(pc, now, now-b.readyAt, worst)
 			return
 		}
 		b.release(pc)
@@ -104,9 +104,10 @@ func (b *binding) unbind(c *Connector) {
 	if g := b.g; g.lim != nil {
 		// The work ended by destroying the connection (a timeout that cut the socket, say):
 		// still a sample, or the limiter would see only the operations that survived.
-		hold, worst := monoNow()-b.readyAt, max(b.worst, outcomeFailed)
+		now, worst := monoNow(), max(b.worst, outcomeFailed)
+		hold := now - b.readyAt
 		b.g, b.pc = nil, nil
-		c.pool.destroyAsync(pc, func() { g.releaseSample(nil, hold, worst) })
+		c.pool.destroyAsync(pc, func() { g.releaseSample(nil, monoNow(), hold, worst) })
 		return
 	}
 	c.pool.destroyAsync(pc, b.handToCleanup())

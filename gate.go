@@ -223,11 +223,12 @@ func (g *gate) release(pc *physConn) {
 	g.releaseLocked(pc)
 }
 
-// releaseSample is release for an operation that held its permit for hold and ended with o: the
-// sample gate_concurrent=auto learns from, taken under the lock release takes anyway.
-func (g *gate) releaseSample(pc *physConn, hold time.Duration, o outcome) {
+// releaseSample is release for an operation that ended at now (monoNow) after holding its
+// connection for hold, with outcome o: the sample gate_concurrent=auto learns from, taken under
+// the lock release takes anyway.
+func (g *gate) releaseSample(pc *physConn, now, hold time.Duration, o outcome) {
 	g.mu.Lock()
-	if g.lim != nil && g.lim.observe(monoNow(), hold, o, g.running, g.waiting) {
+	if g.lim != nil && g.lim.observe(now, hold, o, g.running, g.waiting) {
 		g.concurrent = g.lim.current()
 	}
 	g.releaseLocked(pc)
