@@ -171,5 +171,6 @@ func armSock(s *sockConn) {
 	}
 }
 
-// staleStatement: pgx drops a cached statement from its cache when a query on it fails.
+// staleStatement: pgx prepares and caches a statement for an unprepared query, and drops it from
+// its cache when a query on it fails; a refusal of it (staleState) ran nothing.
 func (c *pgxConn) staleStatement(err error) bool { return staleState(err) }
