@@ -125,7 +125,7 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	if err != nil {
 		p.countDialFailureLocked(ctx)
 		p.releaseSlotLocked()
-		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
+		return nil, connectError(err, p.obs.dsn)
 	}
 	p.opened++
 	p.inUse++
