@@ -6,13 +6,16 @@ package gated
 
 import (
 	"database/sql"
+	"strings"
 	"testing"
 )
 
 // A statement that commits work and then fails with 0A000 (TRUNCATE of a table a foreign key
 // references) runs once, in every shape that reaches the stale-statement retry: a CALL without
-// and with arguments, a prepared CALL, and a multi-statement string. The caller gets the
-// server's error, and the committed row is there once.
+// and with arguments, a prepared CALL, and multi-statement strings, including ones whose last
+// statement the server refuses exactly as it refuses a stale statement (a session's own stale or
+// missing prepared statement, after the COMMIT). The caller gets the server's error, and the
+// committed row is there once.
 func TestWorkCommittedBeforeFeatureNotSupportedRunsOnce(t *testing.T) {
 	runPG(t, oneAtATime, func(t *testing.T, e *pgEnv) {
 		parent := pgTable(t, e.adm, "id int primary key")
@@ -58,6 +61,10 @@ func TestWorkCommittedBeforeFeatureNotSupportedRunsOnce(t *testing.T) {
 				_, err := db.Exec("INSERT INTO " + log + " VALUES (1); COMMIT; SELECT count(*) FROM " + log + " FOR UPDATE")
 				return err
 			}},
+			{"multi-statement string executing a missing session statement", func(db *sql.DB, proc, log string) error {
+				_, err := db.Exec("INSERT INTO " + log + " VALUES (1); COMMIT; EXECUTE " + proc + "_missing")
+				return err
+			}},
 			// The server refuses a cached plan here too, but only after the COMMIT: the
 			// statement it refuses is the session's own, not one gated or the driver prepared.
 			{"multi-statement string executing a stale session statement", func(db *sql.DB, proc, log string) error {
@@ -76,8 +83,12 @@ func TestWorkCommittedBeforeFeatureNotSupportedRunsOnce(t *testing.T) {
 				proc := pgObject(t, e.adm, "PROCEDURE", "(x int DEFAULT 0) LANGUAGE plpgsql AS $$ BEGIN "+
 					"INSERT INTO "+log+" VALUES (x); COMMIT; TRUNCATE "+parent+"; END $$")
 				err := c.run(e.db, proc, log)
-				if got := driverSQLState(e.drv, err); got != "0A000" {
-					t.Errorf("error %v (SQLSTATE %q), want the server's 0A000", err, got)
+				want := "0A000"
+				if strings.Contains(c.name, "missing") {
+					want = "26000"
+				}
+				if got := driverSQLState(e.drv, err); got != want {
+					t.Errorf("error %v (SQLSTATE %q), want the server's %s", err, got, want)
 				}
 				if n := countRows(t, e.adm, log); n != 1 {
 					t.Errorf("%d rows committed, want 1: the statement ran again after it had committed", n)
