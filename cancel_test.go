@@ -31,8 +31,8 @@ var cancelStatements = []cancelStatement{
 	{"stops 200ms late", "DO $$BEGIN PERFORM pg_sleep(31); EXCEPTION WHEN query_canceled THEN PERFORM pg_sleep(0.2); END$$", "pg_sleep(31)"},
 }
 
-// Condition 16.
-func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
+// A statement cancelled inside a transaction keeps its permit until the server has stopped it.
+func TestCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
@@ -60,8 +60,8 @@ func TestContractCancelInTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	})
 }
 
-// Condition 17.
-func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
+// A statement cancelled outside a transaction keeps its permit until the server has stopped it.
+func TestCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		for _, st := range cancelStatements {
@@ -131,8 +131,8 @@ func TestContractCancelOutsideTransactionKeepsPermitUntilServerStops(t *testing.
 	})
 }
 
-// Condition 18.
-func TestContractCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
+// A caller's timeout never releases the permit of another operation.
+func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 	const b, q = 2, 4
 	// P > B: a permit released too early would let a (B+1)th statement run on the server.
 	runPG(t, "gate_max_conns=4&gate_concurrent=2&gate_queue=4&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {

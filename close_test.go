@@ -11,11 +11,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Condition 34: db.Close with operations in flight. Waiting operations fail at once with
+// db.Close with operations in flight. Waiting operations fail at once with
 // ErrClosed; running ones (a statement blocked on a lock, an open transaction) finish normally;
 // afterwards the server has no connection of the application left, no goroutine is left, and
 // every call fails with database/sql's "sql: database is closed".
-func TestContractCloseWithOperationsInFlightLeavesNothingBehind(t *testing.T) {
+func TestCloseWithOperationsInFlightLeavesNothingBehind(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		adm := admin(t)
 		table, holder := lockedRow(t, adm)
@@ -100,7 +100,7 @@ func TestContractCloseWithOperationsInFlightLeavesNothingBehind(t *testing.T) {
 // Stats promises that every attempt ends in exactly one of Admitted, RejectedFull,
 // RejectedTimeout and Canceled. An operation waiting when the Connector closes fails with
 // ErrClosed; it must be counted too.
-func TestContractCloseCountsTheWaitersItWakes(t *testing.T) {
+func TestCloseCountsTheWaitersItWakes(t *testing.T) {
 	db, c, _ := openPG(t, "pgx", "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=30s")
 	ctx := context.Background()
 	sc, err := db.Conn(ctx)

@@ -27,7 +27,8 @@ type conn struct {
 	txOpen bool // a transaction began on pc and has not ended
 	closed bool
 
-	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
+	since time.Duration   // when the permit was granted (monoNow), if an Observer is attached
+	ctx   context.Context // the context that made the binding, for the Observer's events; nil when unbound
 }
 
 var (
@@ -59,16 +60,16 @@ func (cn *conn) bind(ctx context.Context) error {
 	}
 	start := cn.c.obs.now()
 	pc, err := g.acquire(ctx)
-	cn.since = cn.c.obs.acquired(g, start, err)
+	cn.since = cn.c.obs.acquired(g, start, ctx, err)
 	if err != nil {
 		return err
 	}
 	pc, err = cn.c.pool.ready(ctx, pc, g)
-	cn.c.obs.connected(g, cn.since, err)
+	cn.c.obs.connected(g, cn.since, ctx, err)
 	if err != nil {
 		return err // ready has released the permit, or handed it to a cleanup that will
 	}
-	cn.g, cn.pc, cn.fresh = g, pc, true
+	cn.g, cn.pc, cn.fresh, cn.ctx = g, pc, true, ctx
 	return nil
 }
 
@@ -84,7 +85,8 @@ func (cn *conn) unbind() {
 		return
 	}
 	cn.g, cn.pc = nil, nil
-	cn.c.obs.held(g, cn.since)
+	cn.c.obs.held(g, cn.since, cn.ctx)
+	cn.ctx = nil
 	if pc == nil {
 		g.release(nil)
 		return
@@ -164,7 +166,7 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 				return fmt.Errorf("gated: %d new physical connections failed before the statement was sent: %w", newTries, hideBadConn(err))
 			}
 		}
-		if err := cn.replace(ctx); err != nil {
+		if err := cn.replace(ctx, err); err != nil {
 			return err
 		}
 	}
@@ -201,11 +203,11 @@ func (cn *conn) abandon(made bool) {
 // replace destroys the broken physical connection and binds another, keeping the permit. The
 // destroy finishes first (the permit follows the cleanup, I4); when ctx ends before it does,
 // the permit goes to the cleanup, the binding ends, and replace returns the context's error.
-func (cn *conn) replace(ctx context.Context) error {
+func (cn *conn) replace(ctx context.Context, cause error) error {
 	old := cn.pc
 	cn.pc = nil
 	old.inner.unwatch()
-	old.closedFor = CloseDeadIdle
+	old.closedFor = deadReason(ctx, cause)
 	pc, err := cn.c.pool.retire(ctx, old, cn.g)
 	if err != nil {
 		cn.g = nil // retire released the permit, or handed it to the cleanup

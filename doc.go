@@ -16,7 +16,7 @@
 //
 // Existing code keeps its *sql.DB and changes one line:
 //
-//	import _ "github.com/gatedsql/gated"
+//	import "github.com/gatedsql/gated" // registers the driver "gated"
 //
 //	db, err := sql.Open("gated", "postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8&gate_queue_wait=20ms")
 //
@@ -75,9 +75,14 @@
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
-// gate_max_conn_lifetime, gate_max_conn_idle_time, gate_queue_order ([QueueFIFO] or
-// [QueueAdaptive]), gate_workloads, gate_name, gate_statement_timeout and gate_lock_timeout.
-// [ParseDSN] and [Config] document each with its default.
+// gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
+// gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
+// gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
+// each with its default. A [Config] built in code has the same defaults: a zero field means the
+// default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
+// TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
+// [Config.PgxAfterConnect], which run for every physical connection. pgxpool's pool_ keys are
+// refused, naming the gate_ key to use instead.
 //
 // # Workloads
 //
@@ -100,7 +105,8 @@
 //
 // # Errors
 //
-// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells); a context that
+// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells), returned as a
+// [*RejectedError] that names the workload whose gate refused and why; a context that
 // ends before the operation got its permit yields an error wrapping [ErrWaitCanceled] and the
 // context's error. [ErrCommitUnknown] means a COMMIT left the process and no answer came back.
 //
@@ -115,13 +121,18 @@
 // # Observability
 //
 // [Connector.Stats] reports running and waiting operations, refusals, wait time and the physical
-// pool; [FromDB] finds the Connector behind a *sql.DB.
+// pool; [Connector.AllStats] yields every workload's gate; [FromDB] finds the Connector behind a
+// *sql.DB. The pool's counters say whose fault a failure was: an attempt cut short by the
+// caller's own context or deadline is ConnectCanceled, never ConnectErrors or ClosedDeadIdle.
 //
-// For distributions and events, set [Config.Observer]: an [Observer] receives every wait,
-// connect, hold and statement duration and every refusal, timeout and connection event, with no
-// cost when none is attached and no allocation per operation when one is. The modules gatedprom
-// (Prometheus) and gatedotel (OpenTelemetry) provide one. [Config.Logger] logs connection
-// failures, unknown commits and refusals summarized at most once per second per workload.
+// For distributions and events, attach an [Observer] ([Connector.Attach], or [Config.Observer]
+// before the Connector is made): it receives every wait, connect, hold and statement duration
+// and every refusal, timeout and connection event, with the operation's context, with no cost
+// when none is attached and no allocation per operation when one is. The modules gatedprom
+// (Prometheus) and gatedotel (OpenTelemetry, metrics and span events) attach theirs, so a
+// Connector that sql.Open made from a DSN exports everything. [Config.Logger] logs only what an
+// operator must act on: connection failures of the server or the network, unknown commits and
+// refusals summarized at most once per second per workload.
 //
 // # Caveats
 //

@@ -142,7 +142,7 @@ func TestPGBasicOperationsPassTheGate(t *testing.T) {
 	})
 }
 
-// TestPGOverloadKeepsEveryBudget is issue 2's acceptance test: 10×(B+Q) callers on a real
+// TestPGOverloadKeepsEveryBudget: 10×(B+Q) callers on a real
 // server; running never exceeds B, server connections never exceed P, database/sql never waits,
 // and every call succeeds or fails with a gate error.
 func TestPGOverloadKeepsEveryBudget(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// Condition 35, through the public paths sql.Open("gated", dsn) and gated.Open (dsn_test.go
+// Through the public paths sql.Open("gated", dsn) and gated.Open (dsn_test.go
 // covers ParseDSN itself in depth): each error is a *DSNError naming the key, starts with
 // "gated: " and does not contain the password.
-func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
+func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	const url = "postgres://app:" + testPassword + "@db.example/shop?sslmode=disable&"
 	const kv = "host=db.example user=app password=" + testPassword + " "
 	cases := []struct {
@@ -113,7 +113,7 @@ func TestContractMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	}
 }
 
-// Condition 36 is FuzzParseDSN in dsn_test.go (parse, format, parse again: stable; errors are
+// FuzzParseDSN in dsn_test.go checks the parser (parse, format, parse again: stable; errors are
 // *DSNError naming gate_ keys only). Its password check runs on its seeds only, because a mutated
 // DSN can legitimately put the password anywhere. This fuzz target fills that gap for the
 // property that matters: whatever gate_ material (or, in form 3, URL tail) surrounds a

@@ -17,8 +17,9 @@ import (
 // its physical connection) to the first waiter in the same critical section.
 type gate struct {
 	gateConfig
-	pool *pool       // where a released connection goes when no waiter takes it
-	wl   workloadObs // name and observability counters (observe.go)
+	pool    *pool       // where a released connection goes when no waiter takes it
+	wl      workloadObs // name and observability counters (observe.go)
+	waiters sync.Pool   // of *waiter: per gate, so that a waiter's timer runs on its gate's clock
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -35,8 +36,9 @@ type gate struct {
 	waitDuration    time.Duration
 }
 
-// A waiter is one operation queued for an execution permit. Waiters are pooled: ready is buffered
-// so that a hand-over never blocks the releasing goroutine, and timer is reused across waits.
+// A waiter is one operation queued for an execution permit. Waiters are pooled per gate: ready is
+// buffered so that a hand-over never blocks the releasing goroutine, and timer is reused across
+// waits.
 type waiter struct {
 	ctx        context.Context
 	ready      chan struct{} // receives once when granted (or when the gate closes)
@@ -51,11 +53,11 @@ type waiter struct {
 	err     error     // set with removed when the gate closed
 }
 
-var waiterPool = sync.Pool{New: func() any {
+func newWaiter() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &waiter{ready: make(chan struct{}, 1), timer: t}
-}}
+}
 
 // The bounds of gate_queue_order=adaptive (CoDel's interval and target, Facebook's values): a
 // queue that has not emptied for standingQueue is standing, and then waiting longer than
@@ -75,7 +77,10 @@ type gateConfig struct {
 }
 
 func newGate(cfg gateConfig, p *pool) *gate {
-	return &gate{gateConfig: cfg, pool: p}
+	g := &gate{gateConfig: cfg, pool: p}
+	g.wl.init(cfg.name)
+	g.waiters.New = newWaiter
+	return g
 }
 
 // acquire takes an admission permit and then an execution permit. On success the caller holds an
@@ -100,7 +105,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case g.running+g.waiting >= g.concurrent+g.queue:
 		g.rejectedFull++
 		g.mu.Unlock()
-		return nil, ErrAdmissionFull
+		return nil, g.wl.full
 	case g.running < g.concurrent && g.head == nil:
 		// Nobody waits, so taking the permit cannot jump the queue.
 		g.running++
@@ -110,9 +115,9 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case g.queueWait <= 0:
 		g.rejectedTimeout++
 		g.mu.Unlock()
-		return nil, ErrAdmissionTimeout
+		return nil, g.wl.timeout
 	}
-	w := waiterPool.Get().(*waiter)
+	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
 	g.pushLocked(w)
 	wait := g.queueWait
@@ -126,7 +131,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case <-ctx.Done():
 		err = waitError(ctx.Err())
 	case <-w.timer.C:
-		err = ErrAdmissionTimeout
+		err = g.wl.timeout
 	}
 	w.timer.Stop()
 
@@ -134,7 +139,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	switch {
 	case w.granted:
 		// A release handed the permit over while we were leaving.
-		if err == ErrAdmissionTimeout {
+		if err == g.wl.timeout {
 			g.mu.Unlock()
 			<-w.ready
 			return g.finishWait(w)
@@ -156,27 +161,27 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		if !w.removed {
 			g.removeLocked(w)
 		}
-		if err == ErrAdmissionTimeout {
+		if err == g.wl.timeout {
 			g.rejectedTimeout++
 		} else {
 			g.canceled++
 		}
 		g.mu.Unlock()
 	}
-	putWaiter(w)
+	g.putWaiter(w)
 	return nil, err
 }
 
 // finishWait returns what a woken waiter was given and recycles it.
 func (g *gate) finishWait(w *waiter) (*physConn, error) {
 	pc, err := w.pc, w.err
-	putWaiter(w)
+	g.putWaiter(w)
 	return pc, err
 }
 
-func putWaiter(w *waiter) {
+func (g *gate) putWaiter(w *waiter) {
 	*w = waiter{ready: w.ready, timer: w.timer}
-	waiterPool.Put(w)
+	g.waiters.Put(w)
 }
 
 // waitError is the error of an operation whose context ended before it got an execution permit:
@@ -236,7 +241,7 @@ func (g *gate) shedLocked() bool {
 	}
 	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
 		g.removeLocked(w)
-		w.removed, w.err = true, ErrAdmissionTimeout
+		w.removed, w.err = true, g.wl.timeout
 		g.rejectedTimeout++
 		w.ready <- struct{}{}
 	}

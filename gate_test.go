@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -53,30 +54,35 @@ func acquireAsync(t *testing.T, g *gate, ctx context.Context) <-chan error {
 	return done
 }
 
-func TestGateRejectsAtOnceWhenAdmissionFull(t *testing.T) {
-	g := newTestGate(1, 1, time.Minute)
-	mustAcquire(t, g)
-	queued := acquireAsync(t, g, context.Background())
+// The timing tests run in a testing/synctest bubble, whose clock moves only while every goroutine
+// in it waits: a duration measured there is exact, whatever the machine's load.
 
-	start := time.Now()
-	_, err := g.acquire(context.Background())
-	if !errors.Is(err, ErrAdmissionFull) {
-		t.Fatalf("acquire with B+Q admitted: got %v, want ErrAdmissionFull", err)
-	}
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Errorf("refusal took %v; it must not wait", d)
-	}
-	if s := gateStats(g); s.RejectedFull != 1 || s.Running != 1 || s.Waiting != 1 {
-		t.Errorf("stats after refusal = %+v", s)
-	}
-	g.release(nil)
-	if err := <-queued; err != nil {
-		t.Fatalf("queued acquire: %v", err)
-	}
-	g.release(nil)
-	if s := gateStats(g); s.Running != 0 || s.Waiting != 0 || s.Admitted != 2 {
-		t.Errorf("final stats = %+v", s)
-	}
+func TestGateRejectsAtOnceWhenAdmissionFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGate(1, 1, time.Minute)
+		mustAcquire(t, g)
+		queued := acquireAsync(t, g, context.Background())
+
+		start := time.Now()
+		_, err := g.acquire(context.Background())
+		if !errors.Is(err, ErrAdmissionFull) {
+			t.Fatalf("acquire with B+Q admitted: got %v, want ErrAdmissionFull", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("refusal took %v; it must not wait for anything", d)
+		}
+		if s := gateStats(g); s.RejectedFull != 1 || s.Running != 1 || s.Waiting != 1 {
+			t.Errorf("stats after refusal = %+v", s)
+		}
+		g.release(nil)
+		if err := <-queued; err != nil {
+			t.Fatalf("queued acquire: %v", err)
+		}
+		g.release(nil)
+		if s := gateStats(g); s.Running != 0 || s.Waiting != 0 || s.Admitted != 2 {
+			t.Errorf("final stats = %+v", s)
+		}
+	})
 }
 
 func TestGateServesWaitersInArrivalOrder(t *testing.T) {
@@ -137,33 +143,41 @@ func TestGateQueueWaitZeroNeverJumpsTheQueue(t *testing.T) {
 }
 
 func TestGateQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
-	g := newTestGate(1, 1, 20*time.Millisecond)
-	mustAcquire(t, g)
-	start := time.Now()
-	_, err := g.acquire(context.Background())
-	if !errors.Is(err, ErrAdmissionTimeout) || !IsRejected(err) {
-		t.Fatalf("got %v, want ErrAdmissionTimeout", err)
-	}
-	if d := time.Since(start); d < 20*time.Millisecond {
-		t.Errorf("gave up after %v, before gate_queue_wait", d)
-	}
-	if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 0 || s.Running != 1 {
-		t.Errorf("stats = %+v", s)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGate(1, 1, 20*time.Millisecond)
+		mustAcquire(t, g)
+		start := time.Now()
+		_, err := g.acquire(context.Background())
+		if !errors.Is(err, ErrAdmissionTimeout) || !IsRejected(err) {
+			t.Fatalf("got %v, want ErrAdmissionTimeout", err)
+		}
+		if d := time.Since(start); d != 20*time.Millisecond {
+			t.Errorf("gave up after %v, want exactly gate_queue_wait (20ms)", d)
+		}
+		if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 0 || s.Running != 1 {
+			t.Errorf("stats = %+v", s)
+		}
+	})
 }
 
 func TestGateContextDeadlineBeforeQueueWait(t *testing.T) {
-	g := newTestGate(1, 1, time.Minute)
-	mustAcquire(t, g)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, err := g.acquire(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) || IsRejected(err) {
-		t.Fatalf("got %v, want the context's DeadlineExceeded", err)
-	}
-	if s := gateStats(g); s.Canceled != 1 || s.Waiting != 0 {
-		t.Errorf("stats = %+v", s)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGate(1, 1, time.Minute)
+		mustAcquire(t, g)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := g.acquire(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) || IsRejected(err) {
+			t.Fatalf("got %v, want the context's DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d != 20*time.Millisecond {
+			t.Errorf("gave up after %v, want exactly the context's deadline (20ms), before gate_queue_wait", d)
+		}
+		if s := gateStats(g); s.Canceled != 1 || s.Waiting != 0 {
+			t.Errorf("stats = %+v", s)
+		}
+	})
 }
 
 // endedCtx reports its error before its Done channel closes, so a test can make a queued waiter's

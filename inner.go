@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 )
@@ -85,6 +86,9 @@ type innerOptions struct {
 	app    string            // application_name when dsn (or the environment) names none; "" none
 	params map[string]string // run-time parameters each connection starts with
 	pooled bool              // gate_pooler=transaction: no named statement on the server
+
+	pgxBefore func(context.Context, *pgx.ConnConfig) error // Config.PgxBeforeConnect
+	pgxAfter  func(context.Context, *pgx.Conn) error       // Config.PgxAfterConnect
 }
 
 // newInner returns the inner driver's connector for dsn, and the function that makes an

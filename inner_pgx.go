@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 
 // newPgxInner returns a connector of the pgx v5 that gated imports, whatever another import
 // registered under the name "pgx" (pgx v4 registers that name too), dialing through gated so
-// that each connection's socket is a sockConn.
+// that each connection's socket is a sockConn, with Config's pgx hooks (inner_pgx_hooks.go).
 //
 // pgx keeps its default handling of an ended context: it closes the connection in the
 // background, sending a cancel request and then reading until the backend hangs up, and gated
@@ -37,22 +36,11 @@ func newPgxInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn
 	for k, v := range o.params {
 		cfg.RuntimeParams[k] = v
 	}
-	dial := func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		inner := cfg.DialFunc
-		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := inner(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return wrapDialed(ctx, c, false, false), nil
-		}
-		return nil
-	}
 	prepares := !o.pooled
 	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
 		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
 	}
-	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), wrap, nil
+	return stdlib.GetConnector(*cfg, pgxConnectOptions(o)...), wrap, nil
 }
 
 // pgxConn knows a pgx connection exactly: pgconn reports whether it is closed, busy or in a

@@ -44,7 +44,7 @@ func retryPause(n int) time.Duration {
 //     transaction (see [TxOptions]); fn must then be safe to run more than once.
 //
 // The gate is not reentrant: fn must use tx, not db. An operation on db inside fn needs a second
-// execution permit while fn holds one (the seed's REQUIRES_NEW), so it waits, or is refused,
+// execution permit while fn holds one (a separate transaction), so it waits, or is refused,
 // when B is 1; give it B ≥ 2 or another workload. opts may be nil. ctx ends the transaction as
 // it does for db.BeginTx: database/sql rolls it back. InTx is safe for concurrent use.
 func InTx(ctx context.Context, db *sql.DB, opts *TxOptions, fn func(*sql.Tx) error) error {

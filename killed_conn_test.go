@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-// Condition 24: a physical connection terminated while idle in the pool is replaced inside the
+// A physical connection terminated while idle in the pool is replaced inside the
 // binding of the next operation (the statement got 57P01 on a connection that had been idle, or
 // the driver's reset found it dead), so the caller sees no error and the operation is admitted
 // once: database/sql did not retry it through the gate.
-func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
+func TestIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		table := pgTable(t, adm, "id serial primary key, v int")
@@ -106,13 +106,13 @@ func TestContractIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 	})
 }
 
-// Condition 24 in the narrow window between a backend leaving pg_stat_activity and closing its
+// A connection killed while idle, in the narrow window between a backend leaving pg_stat_activity and closing its
 // socket (killBackend waits that window out): a statement sent then meets a socket closed with
 // unread data, and the TCP reset discards the 57P01 notice already queued. pgx reads while it
 // writes and still sees 57P01; lib/pq reports only "connection reset by peer". The caller must
 // see no error all the same: the socket check before reuse sees the queued notice, and a reset
 // on the first statement of a reused connection is replayed.
-func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
+func TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
 		db, adm := e.db, e.adm
 		const rounds = 20
@@ -132,12 +132,12 @@ func TestContractIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testi
 	})
 }
 
-// Condition 24, the check that finds a dead idle connection before its next statement: it must
+// The check that finds a dead idle connection before its next statement: it must
 // cover the sockets of both drivers, and it must never wait. pgx's background reader may sit in
 // a read of an idle connection's socket (it starts when a write is slow and keeps reading when
 // the reply came before the write returned), holding the socket's read lock until the server
 // next sends something; a check that takes that lock waits forever, with the permit held.
-func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
+func TestIdleSocketCheckCoversBothDrivers(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
 		db, c, drv := e.db, e.c, e.drv
 		backendPID(t, db)
@@ -158,10 +158,10 @@ func TestContractIdleSocketCheckCoversBothDrivers(t *testing.T) {
 	})
 }
 
-// Condition 25: a connection terminated inside a transaction cannot be replaced (the transaction
+// A connection terminated inside a transaction cannot be replaced (the transaction
 // died with it): the caller gets an error, the transaction's work is gone, the permit comes back
 // once the connection is destroyed, and the next operation gets another server process.
-func TestContractConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) {
+func TestConnectionKilledInTransactionFailsAndIsDiscarded(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm
 		table := pgTable(t, adm, "id int primary key")

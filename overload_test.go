@@ -148,10 +148,10 @@ func runMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, 
 	return load
 }
 
-// Condition 22: the server never sees more than P connections of the application
+// The server never sees more than P connections of the application
 // (pg_stat_activity) under 10×(B+Q) callers of a mixed workload. TestPGOverloadKeepsEveryBudget
 // (driver_test.go) checks the same bound with one kind of transaction.
-func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
+func TestMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 	// B = P, the most a single workload may take: every connection the pool may open is in use
 	// at the peak.
 	const p, b, q = 5, 5, 5
@@ -175,10 +175,10 @@ func TestContractMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 	})
 }
 
-// Condition 23: database/sql never queues callers in front of the gate when the *sql.DB comes
+// database/sql never queues callers in front of the gate when the *sql.DB comes
 // from gated.Open. The control subtest shows that the measure can fail: the same workload on a
 // *sql.DB with MaxOpenConns below B+Q does wait in database/sql.
-func TestContractMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
+func TestMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
 	const params = "gate_max_conns=5&gate_concurrent=4&gate_queue=4&gate_queue_wait=50ms"
 	runPG(t, params, func(t *testing.T, e *pgEnv) {
 		db, c, app, adm := e.db, e.c, e.app, e.adm

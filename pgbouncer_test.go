@@ -27,7 +27,7 @@ import (
 // one — may run on another server connection, so a statement prepared on the server in one may
 // not exist in the next. These tests run an application's usual mix (transactions,
 // parameterized queries, db.Prepare) through PgBouncer on the plain drivers and through gated,
-// with the DSNs the README recommends, and require gated to fail no more often than plain.
+// with the DSNs docs/drivers.md recommends, and require gated to fail no more often than plain.
 
 // startPgBouncer starts PgBouncer 1.x in transaction pooling mode on a free port of 127.0.0.1,
 // in front of the test server, with poolSize server connections per database/user pair, and
@@ -302,7 +302,7 @@ func poolerPrepared(ctx context.Context, db *sql.DB, table string, v int) error 
 
 // TestBehindPgBouncer runs the mix through PgBouncer (transaction pooling, 2 server connections)
 // with up to 8 connections on the application's side, on each inner driver plain and through
-// gated, with the README's DSN: gated must fail no more often than the plain driver.
+// gated, with the DSN of docs/drivers.md: gated must fail no more often than the plain driver.
 func TestBehindPgBouncer(t *testing.T) {
 	const (
 		poolSize = 2 // PgBouncer's server connections: fewer than the app's, so they are shared
@@ -313,7 +313,7 @@ func TestBehindPgBouncer(t *testing.T) {
 	bouncer := startPgBouncer(t, poolSize)
 	adm := admin(t)
 	forEachDriver(t, func(t *testing.T, drv string) {
-		// The README's DSNs, but for the port: the plain driver's, and gated's with its keys.
+		// The DSNs of docs/drivers.md, but for the port: the plain driver's, and gated's with its keys.
 		dsn := bouncer + "&" + pgbouncerDSNParams[drv]
 		var plain, viaGate mixResult
 		t.Run("plain", func(t *testing.T) {

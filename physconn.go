@@ -17,7 +17,7 @@ import (
 type physConn struct {
 	conn      driver.Conn
 	inner     innerConn
-	createdAt int64       // pool clock (Unix ns) when opened
+	createdAt int64       // pool clock (Unix ns) when opened, plus its lifetime jitter (pool.dial)
 	idleSince int64       // pool clock when last made idle
 	used      bool        // served an operation: reset before the next one
 	broken    bool        // must be destroyed rather than reused

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Condition 31: a pinned *sql.Conn binds at its first statement and keeps its permit, and so its
+// A pinned *sql.Conn binds at its first statement and keeps its permit, and so its
 // physical connection and session, until Close: a SET is seen by its later statements, other
 // callers are refused meanwhile, and the whole *sql.Conn is one admission.
-func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
+func TestPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
 	// B=1 and Q=0: while the pinned connection holds the permit, anything else is refused.
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm, drv := e.db, e.c, e.adm, e.drv
@@ -81,9 +81,9 @@ func TestContractPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
 	})
 }
 
-// Condition 32: (*sql.Conn).Raw and Unwrap reach the inner driver's connection: pgx's
+// (*sql.Conn).Raw and Unwrap reach the inner driver's connection: pgx's
 // *stdlib.Conn and its *pgx.Conn, which works (a query and a COPY), under the *sql.Conn's permit.
-func TestContractRawUnwrapReachesThePgxConn(t *testing.T) {
+func TestRawUnwrapReachesThePgxConn(t *testing.T) {
 	withPG(t, "", "pgx", "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		table := pgTable(t, adm, "id int, name text")

@@ -3,8 +3,10 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ type pool struct {
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
+	jitter    time.Duration // each connection lives lifetime + a random [0, jitter); 0 = none
 	obs       *observer     // the Connector's, set once before use (observe.go)
 
 	mu sync.Mutex
@@ -119,18 +122,32 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 		err = ctx.Err()
 	}
 	sock := slot.Load()
-	p.obs.dialed(start, ctx, err)
+	canceled := callerEnded(ctx, err)
+	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.countDialFailureLocked(ctx)
+		p.countDialFailureLocked(canceled)
 		p.releaseSlotLocked()
-		return nil, connectError(err, p.obs.dsn)
+		err = connectError(err, p.obs.dsn)
+		if cerr := ctx.Err(); canceled && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// The driver reported its i/o timeout (the deadline passed): say what ended it.
+			if cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
+			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", err, cerr)
+		}
+		return nil, err
 	}
 	p.opened++
 	p.inUse++
 	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
+	if p.jitter > 0 {
+		// The connection's share of the jitter, drawn as it opens, moves its birth later: it
+		// expires at lifetime + [0, jitter), so connections opened together expire apart.
+		pc.createdAt += rand.Int64N(int64(p.jitter))
+	}
 	return pc, nil
 }
 
@@ -328,7 +345,11 @@ func (p *pool) ready(ctx context.Context, pc *physConn, g *gate) (*physConn, err
 		if err == nil {
 			return pc, nil
 		}
-		pc.closedFor = CloseDeadIdle
+		if callerEnded(ctx, err) {
+			p.checkCanceled(ctx, pc, err) // the caller's deadline cut the check short: not dead
+		} else {
+			pc.closedFor = CloseDeadIdle
+		}
 		if !p.destroyWithin(ctx, pc, g) {
 			return nil, fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
 		}

@@ -16,8 +16,9 @@ import (
 	"time"
 )
 
-// Condition 5.
-func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
+// With admission full, every kind of operation is refused at once with ErrAdmissionFull, without
+// a round trip to the server.
+func TestAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
 	const refusals = 350 // 50 of each kind of operation
 	// P = B: every physical connection the gate may open is open and in a held transaction, so a
 	// refusal that talked to the server would have to open a new one or touch a held one.
@@ -71,8 +72,8 @@ func TestContractAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) 
 	})
 }
 
-// Condition 6.
-func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) {
+// A second transaction is refused while the first holds the only execution permit.
+func TestSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		table := pgTable(t, adm, "id int PRIMARY KEY")
@@ -107,8 +108,8 @@ func TestContractSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) 
 	})
 }
 
-// Condition 7.
-func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
+// A refusal is counted once and not retried by database/sql.
+func TestRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		ctx := context.Background()
@@ -140,8 +141,8 @@ func TestContractRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 	})
 }
 
-// Condition 8.
-func TestContractThousandRefusalsConsumeNoPermit(t *testing.T) {
+// A thousand refusals consume no permit.
+func TestThousandRefusalsConsumeNoPermit(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const refusals, workers = 1000, 4
 		db, c := e.db, e.c

@@ -12,9 +12,9 @@ import (
 	"testing"
 )
 
-// Condition 1. A Commit the server refuses, or that ends an aborted transaction, returns a
+// A Commit the server refuses, or that ends an aborted transaction, returns a
 // result too, so it is held to the same rule as a successful one.
-func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
+func TestCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	cases := []struct {
 		name string
 		work func(ctx context.Context, tx *sql.Tx, table string, i int) error // before Commit
@@ -97,8 +97,8 @@ func TestContractCommitReturnsAfterPermitsAreBack(t *testing.T) {
 	})
 }
 
-// Condition 2.
-func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
+// A rollback after an SQL error gives the permits back.
+func TestRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		table := pgTable(t, adm, "id int PRIMARY KEY")
@@ -138,8 +138,8 @@ func TestContractRollbackAfterSQLErrorReleasesPermits(t *testing.T) {
 	})
 }
 
-// Condition 3.
-func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
+// A rollback on a terminated backend fails, and the connection is discarded.
+func TestRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm := e.db, e.c, e.adm
 		h := hold(t, db)
@@ -179,8 +179,8 @@ func TestContractRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *tes
 	})
 }
 
-// Condition 4.
-func TestContractRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
+// Rows hold their permits until they are closed or read to the end.
+func TestRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		ctx := context.Background()

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Condition 27: 1,000 transactions failing with an SQL error, 1,000 refusals and 1,000
+// 1,000 transactions failing with an SQL error, 1,000 refusals and 1,000
 // statements cancelled while pg_sleep runs, interleaved across 64 goroutines. Every permit comes
 // back and every attempt is counted exactly once. Each attempt is one BeginTx with a context that
 // never ends, so an attempt is admitted or refused and never cancelled while it waits; the
@@ -25,7 +25,7 @@ import (
 // refusals near one per completed transaction instead of a busy loop. B is large because a
 // cancelled statement keeps its permit until the driver's cancel cleanup is over (a cancel
 // request, and a wait for the backend or a new connection), which takes tens of milliseconds.
-func TestContractRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T) {
+func TestRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T) {
 	runPG(t, "gate_max_conns=32&gate_concurrent=32&gate_queue=16&gate_queue_wait=10s", func(t *testing.T, e *pgEnv) {
 		const goroutines, target = 64, 1000
 		db, c, adm, drv := e.db, e.c, e.adm, e.drv

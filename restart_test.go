@@ -15,11 +15,11 @@ import (
 	"github.com/gatedsql/gated/internal/pgtest"
 )
 
-// Condition 26: a server restart. Idle connections that died with the old server are replaced
+// A server restart. Idle connections that died with the old server are replaced
 // without errors; while the server is down every call fails at once with the connection error
 // (not a gate error, not driver.ErrBadConn) and holds no permit; once it is up again everything
 // works, with all permits.
-func TestContractServerRestartFailsClearlyThenRecoversWithoutLosingPermits(t *testing.T) {
+func TestServerRestartFailsClearlyThenRecoversWithoutLosingPermits(t *testing.T) {
 	cluster := pgtest.NewCluster(t)
 	forEachDriver(t, func(t *testing.T, drv string) {
 		const b = 3

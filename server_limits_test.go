@@ -19,10 +19,10 @@ import (
 	"github.com/lib/pq"
 )
 
-// Condition 19: a statement_timeout set with SET LOCAL cancels the statement on the server with
+// A statement_timeout set with SET LOCAL cancels the statement on the server with
 // 57014, which reaches the caller unchanged; the transaction is rolled back, and the setting ends
 // with it.
-func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
+func TestStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
 	// One physical connection, so that the next operation provably runs on the connection the
 	// timeout hit.
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
@@ -65,9 +65,9 @@ func TestContractStatementTimeoutFailsWith57014AndRollsBack(t *testing.T) {
 	})
 }
 
-// Condition 20: a lock_timeout while another session holds the row lock fails with 55P03, in
+// A lock_timeout while another session holds the row lock fails with 55P03, in
 // a transaction and in autocommit, and the permits come back at once.
-func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
+func TestLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=2&gate_concurrent=2&gate_queue=0", func(t *testing.T, e *pgEnv) {
 		db, c, adm, drv := e.db, e.c, e.adm, e.drv
 		table, holder := lockedRow(t, adm)
@@ -114,9 +114,9 @@ func TestContractLockTimeoutFailsWith55P03AndReleasesPermits(t *testing.T) {
 	})
 }
 
-// Condition 21, a database that does not exist: the server accepts the TCP connection and then
+// A database that does not exist: the server accepts the TCP connection and then
 // refuses the session. Creating the database makes the same gate work, with no permit lost.
-func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testing.T) {
+func TestMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		dbName := fmt.Sprintf("gated_srv_missing_%d_%s", time.Now().UnixNano()%1e9, drv)
 		base := strings.Replace(pgtest.URL(t), "/postgres?", "/"+dbName+"?", 1)
@@ -174,9 +174,9 @@ func TestContractMissingDatabaseFailsClearlyAndGateRecoversWhenCreated(t *testin
 	})
 }
 
-// Condition 21, a server at max_connections: "too many clients" (53300) while other clients
+// A server at max_connections: "too many clients" (53300) while other clients
 // hold every slot; the gate serves again as soon as one slot is free.
-func TestContractServerAtMaxConnectionsFailsClearlyAndGateRecovers(t *testing.T) {
+func TestServerAtMaxConnectionsFailsClearlyAndGateRecovers(t *testing.T) {
 	cluster := pgtest.NewCluster(t, "max_connections=6", "superuser_reserved_connections=0")
 	forEachDriver(t, func(t *testing.T, drv string) {
 		withPG(t, cluster.URL(), drv, "gate_max_conns=2&gate_concurrent=2&gate_queue=2&gate_queue_wait=2s", func(t *testing.T, e *pgEnv) {

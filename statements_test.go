@@ -21,12 +21,12 @@ import (
 	"github.com/lib/pq"
 )
 
-// Condition 28: one *sql.Stmt from db.Prepare, executed by 32 goroutines at once. Each execution
+// One *sql.Stmt from db.Prepare, executed by 32 goroutines at once. Each execution
 // is admitted once (database/sql re-prepares the statement on virtual connections that lack it,
 // inside the same binding), and no goroutine ever finds the server process it is on held by
 // another: a goroutine records its process while its rows keep the binding, and clears it
 // before rows.Close gives the binding up.
-func TestContractSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T) {
+func TestSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T) {
 	const b, goroutines, each = 8, 32, 20
 	runPG(t, fmt.Sprintf("gate_max_conns=%d&gate_concurrent=%d&gate_queue=%d&gate_queue_wait=30s", b, b, goroutines-b), func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
@@ -86,9 +86,9 @@ func TestContractSharedPreparedStatementPassesGateOnEveryExecution(t *testing.T)
 	})
 }
 
-// Condition 29: statements prepared in a transaction, database-level statements moved into a
+// Statements prepared in a transaction, database-level statements moved into a
 // transaction, named arguments and sql.Out, all through the gate.
-func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
+func TestTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
 		db, c, adm, drv := e.db, e.c, e.adm, e.drv
 		table := pgTable(t, adm, "id int primary key")
@@ -236,12 +236,12 @@ func TestContractTxStatementsNamedArgumentsAndOutParameters(t *testing.T) {
 	})
 }
 
-// Condition 30: argument types that only the inner driver understands work on the first query
+// Argument types that only the inner driver understands work on the first query
 // of a fresh *sql.DB, through QueryRow, a prepared statement and a transaction. database/sql
 // converts arguments with the virtual connection's checker before any physical connection is
 // bound; several of these types its default converter refuses (defaultRefuses), so they work
 // only because the virtual connection defers to the physical one.
-func TestContractDriverArgumentTypesWorkOnTheFirstQuery(t *testing.T) {
+func TestDriverArgumentTypesWorkOnTheFirstQuery(t *testing.T) {
 	type argCase struct {
 		name, query    string
 		arg            any

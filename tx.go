@@ -35,7 +35,7 @@ func (t *tx) Commit() error {
 	err = hideBadConn(t.end(err))
 	if unknown {
 		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-		t.cn.c.obs.commitUnknown(t.cn.g, err)
+		t.cn.c.obs.commitUnknown(t.cn.g, t.cn.ctx, err)
 		return err
 	}
 	return err

@@ -8,8 +8,8 @@ import (
 	"github.com/lib/pq"
 )
 
-// pgbouncerDSNParams are the inner drivers' settings the README's "Behind PgBouncer" section
-// recommends: pgx runs every query with one unnamed statement (Parse, Bind, Execute, Sync), lib/pq
+// pgbouncerDSNParams are the inner drivers' settings docs/drivers.md recommends behind PgBouncer:
+// pgx runs every query with one unnamed statement (Parse, Bind, Execute, Sync), lib/pq
 // sends a query's parameters with it in one round trip; neither depends on a statement that
 // another server connection prepared. With gate_pooler=transaction gated then prepares no named
 // statements either.
@@ -20,8 +20,8 @@ var pgbouncerDSNParams = map[string]string{
 
 const poolerKey = "gate_pooler=transaction"
 
-// pgbouncerGatedParams are the README's "Behind PgBouncer" DSN parameters for gated: the driver's
-// setting and the gate (P = B = 8, Q = 8).
+// pgbouncerGatedParams are the DSN parameters docs/drivers.md gives gated behind PgBouncer: the
+// driver's setting and the gate (P = B = 8, Q = 8).
 var pgbouncerGatedParams = map[string]string{
 	"pgx":      "default_query_exec_mode=exec&gate_pooler=transaction&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
 	"postgres": "binary_parameters=yes&gate_pooler=transaction&gate_driver=postgres&gate_max_conns=8&gate_concurrent=8&gate_queue=8",
@@ -50,10 +50,11 @@ func preparedOnServer(t *testing.T, e *pgEnv) int {
 	return n
 }
 
-// TestNoNamedStatementsWhenTheDriverUsesNone: with the README's PgBouncer settings, a statement the
-// application prepares is not prepared on the server (a transaction-pooling PgBouncer may run the
-// next use on another server connection); with the drivers' defaults it is, and with the drivers'
-// settings alone too, as the plain drivers do (pgx's own suite checks it in every exec mode).
+// TestNoNamedStatementsWhenTheDriverUsesNone: with docs/drivers.md's PgBouncer settings, a
+// statement the application prepares is not prepared on the server (a transaction-pooling
+// PgBouncer may run the next use on another server connection); with the drivers' defaults it
+// is, and with the drivers' settings alone too, as the plain drivers do (pgx's own suite checks
+// it in every exec mode).
 func TestNoNamedStatementsWhenTheDriverUsesNone(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		t.Run("default", func(t *testing.T) {

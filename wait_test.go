@@ -17,8 +17,9 @@ import (
 	"time"
 )
 
-// Condition 9.
-func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
+// A waiter that gets no execution permit within gate_queue_wait is refused with
+// ErrAdmissionTimeout.
+func TestQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=50ms", func(t *testing.T, e *pgEnv) {
 		const wait = 50 * time.Millisecond
 		db, c := e.db, e.c
@@ -44,8 +45,9 @@ func TestContractQueueWaitElapsesWithAdmissionTimeout(t *testing.T) {
 	})
 }
 
-// Condition 10.
-func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
+// A context deadline shorter than gate_queue_wait ends the wait with the context's error, not
+// ErrAdmissionTimeout.
+func TestContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -72,8 +74,9 @@ func TestContractContextDeadlineBeforeQueueWaitReturnsTheContextError(t *testing
 	})
 }
 
-// Condition 11.
-func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
+// Cancelling a queued caller's context returns promptly with the gate's wait ended by
+// context.Canceled, and changes only Waiting and Canceled.
+func TestCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -104,14 +107,14 @@ func TestContractCancelWhileQueuedReturnsPromptlyAndKeepsPermits(t *testing.T) {
 	})
 }
 
-// Condition 12. gate_queue_wait belongs to the gate, so a gate with gate_queue_wait=0 never has a
+// gate_queue_wait belongs to the gate, so a gate with gate_queue_wait=0 never has a
 // waiter: every caller takes a free permit or is refused at once. That is "try once"; the first
 // subtest shows it. "Never jump the queue" is about callers that try once while others wait, which
 // with one gate only arises when later arrivals try once and earlier ones wait; the second subtest
 // makes that happen by switching the live gate's queueWait to 0 with waiters queued, as the unit
 // test TestGateQueueWaitZeroNeverJumpsTheQueue does, and then shows that the hand-over from a
 // committing transaction to the next waiter leaves no moment in which a try-once caller gets in.
-func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
+func TestQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
 		t.Run("tries once", func(t *testing.T) {
 			withPG(t, "", drv, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=0", func(t *testing.T, e *pgEnv) {
@@ -256,8 +259,8 @@ func TestContractQueueWaitZeroTriesOnceAndNeverJumpsTheQueue(t *testing.T) {
 	})
 }
 
-// Condition 13.
-func TestContractWaitersServedInArrivalOrder(t *testing.T) {
+// Waiters get the execution permit in the order they arrived.
+func TestWaitersServedInArrivalOrder(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=8&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		const waiters = 8
 		db, c, adm := e.db, e.c, e.adm
@@ -317,8 +320,8 @@ func TestContractWaitersServedInArrivalOrder(t *testing.T) {
 	})
 }
 
-// Condition 14.
-func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
+// A waiter whose context ended while it waited is skipped: the permit goes to the next waiter.
+func TestWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=2&gate_queue_wait=1m", func(t *testing.T, e *pgEnv) {
 		db, c := e.db, e.c
 		h := hold(t, db)
@@ -397,8 +400,9 @@ func TestContractWaiterWhoseContextEndedIsSkipped(t *testing.T) {
 	})
 }
 
-// Condition 15.
-func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
+// Under random cancellations running never exceeds B nor running+waiting B+Q, and the counters
+// add up exactly afterwards.
+func TestCountsExactAfterRandomCancellations(t *testing.T) {
 	runPG(t, "gate_max_conns=3&gate_concurrent=3&gate_queue=4&gate_queue_wait=20ms", func(t *testing.T, e *pgEnv) {
 		const b, q, workers, rounds = 3, 4, 16, 15
 		db, c := e.db, e.c
@@ -487,10 +491,10 @@ func TestContractCountsExactAfterRandomCancellations(t *testing.T) {
 	})
 }
 
-// Condition 33: a caller that already holds the only permit (inside a transaction) and uses the
+// A caller that already holds the only permit (inside a transaction) and uses the
 // same gate again waits like anyone else and gets ErrAdmissionTimeout after gate_queue_wait,
 // instead of deadlocking; the outer transaction then finishes normally.
-func TestContractNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
+func TestNestedUseWithOnePermitTimesOutInsteadOfDeadlock(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=200ms", func(t *testing.T, e *pgEnv) {
 		const queueWait = 200 * time.Millisecond
 		db, c := e.db, e.c

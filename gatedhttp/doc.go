@@ -10,7 +10,7 @@
 //	...
 //	if err != nil {
 //		if rj.WriteRejection(w, err) {
-//			return // 503 with Retry-After
+//			return // 503, Retry-After estimated from the gate that refused (the "reports" one here)
 //		}
 //		http.Error(w, "internal error", http.StatusInternalServerError)
 //	}

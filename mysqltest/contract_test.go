@@ -47,7 +47,11 @@ func gatedDB(t *testing.T, params string) (*sql.DB, *gated.Connector) {
 		if s.Pool.Open != s.Pool.Idle {
 			t.Errorf("Pool.Open = %d, Pool.Idle = %d after every operation ended", s.Pool.Open, s.Pool.Idle)
 		}
-		if s.Pool.Closed != s.Pool.ClosedBroken+s.Pool.ClosedLifetime+s.Pool.ClosedIdleTime+s.Pool.ClosedDeadIdle+s.Pool.ClosedByClose {
+		var sum int64
+		for r := range gated.CloseReasons() {
+			sum += s.Pool.ClosedFor(r)
+		}
+		if s.Pool.Closed != sum {
 			t.Errorf("Pool.Closed = %d is not the sum of its reasons: %+v", s.Pool.Closed, s.Pool)
 		}
 		if s.Pool.Opened-s.Pool.Closed != int64(s.Pool.Open) {
@@ -243,7 +247,7 @@ func TestWaitsEnd(t *testing.T) {
 	})
 }
 
-// TestCanceledStatementKeepsThePermitUntilTheServerStopped is the check: with B=1, a
+// TestCanceledStatementKeepsThePermitUntilTheServerStopped: with B=1, a
 // canceled SELECT SLEEP(3) keeps its permit while MariaDB's process list still shows it running,
 // and gives it back once gated's KILL QUERY took effect, within 1 s of the cancel (the statement
 // alone would run 3 s). Three cancels in a row: the first opens gated's killing session.
@@ -441,4 +445,53 @@ func TestCountersAddUp(t *testing.T) {
 			s, ok.Load(), full.Load(), timeout.Load(), canceled.Load())
 	}
 	t.Logf("admitted %d, full %d, timeout %d, canceled %d", s.Admitted, s.RejectedFull, s.RejectedTimeout, s.Canceled)
+}
+
+// TestShortDeadlinesOnAHealthyServerAreNotServerFailures: 200 operations under deadlines from 0
+// to 4 ms, shorter than opening a MySQL session and often than a reuse check, on a healthy
+// server: whatever the driver reports when the deadline cuts a dial or a check short, it counts
+// in ConnectCanceled, never in ConnectErrors or ClosedDeadIdle, and the error says the deadline
+// passed.
+func TestShortDeadlinesOnAHealthyServerAreNotServerFailures(t *testing.T) {
+	db, c := gatedDB(t, "gate_max_conns=4&gate_concurrent=4&gate_queue=200&gate_queue_wait=10s")
+	const ops, workers = 200, 4
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < ops; i += workers {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if i%4 != 0 { // every fourth without a deadline: idle connections to reuse
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%40)*100*time.Microsecond)
+				}
+				var one int
+				err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, 20*time.Second, "every permit back", func() bool { s := c.Stats(); return s.Running == 0 && s.Pool.InUse == 0 })
+	for _, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("an operation cut short by its deadline failed with %v, which does not match context.DeadlineExceeded", err)
+		}
+	}
+	s := c.Stats().Pool
+	t.Logf("%d of %d operations cut short; pool %+v", len(errs), ops, s)
+	if s.ConnectErrors != 0 || s.ClosedDeadIdle != 0 {
+		t.Errorf("ConnectErrors = %d, ClosedDeadIdle = %d on a healthy server, want 0 (ConnectCanceled %d, ClosedCanceled %d)",
+			s.ConnectErrors, s.ClosedDeadIdle, s.ConnectCanceled, s.ClosedCanceled)
+	}
+	if len(errs) == 0 {
+		t.Error("no operation was cut short: the deadlines did not test anything")
+	}
 }

@@ -64,10 +64,11 @@ type config struct {
 	MaxInflight int           // overload: arrivals in flight beyond this are dropped (and counted)
 	Sleep       time.Duration // overload: pg_sleep argument of the sleep query
 	CPURows     int           // overload: rows summed by the CPU-bound query
-	Seed        int64         // overload: seed of the arrival process
+	ArrivalSeed int64         // overload: source of the random arrival process
 
 	Queries            []string // overload queries to run (names of overloadQueries)
 	Overhead, Overload bool     // sections to run
+	Observe            string   // overhead: what is attached to gated ("", "metrics", "traces"; observe.go)
 	Quick              bool     // smoke run
 	Note               string   // free text for the report (for example "machine shared")
 	CPUProfile         string   // write a CPU profile of the whole run here
@@ -81,7 +82,7 @@ func defaults() config {
 		Out: "gatedbench-out", P: 8, B: 0, Q: -1, Deadline: 100 * time.Millisecond,
 		Goroutines: []int{1, 8, 32, 256}, Rounds: 10, Cell: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		Loads: []float64{1, 2, 5, 10}, Duration: 10 * time.Second, CapacityFor: 3 * time.Second,
-		Unloaded: 0.1, MaxInflight: 20000, Sleep: 5 * time.Millisecond, CPURows: 20000, Seed: 1,
+		Unloaded: 0.1, MaxInflight: 20000, Sleep: 5 * time.Millisecond, CPURows: 20000, ArrivalSeed: 1,
 		Queries: []string{"sleep", "cpu"}, Overhead: true, Overload: true,
 	}
 }
@@ -94,7 +95,7 @@ var quickDefaults = map[string]string{
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "workloads" {
-		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // issue 8's figures (workloads.go)
+		os.Exit(runWorkloadsCmd(os.Args[2:], os.Stdout, os.Stderr)) // workload isolation and deadline cost (workloads.go)
 	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -130,12 +131,13 @@ func parseFlags(args []string) (config, string, error) {
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per overhead cell, contender and round")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each closed-loop measurement (overhead cells, capacity)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved overhead rounds")
+	fs.StringVar(&cfg.Observe, "observe", cfg.Observe, "attach to gated in the overhead cells: `metrics` (gatedprom's collector and gatedotel's Observer) or traces (the same, and every contender's operations in sampled spans); empty for nothing")
 	fs.DurationVar(&cfg.CapacityFor, "capacity", cfg.CapacityFor, "closed-loop capacity measurement per overload query")
 	fs.Float64Var(&cfg.Unloaded, "unloaded", cfg.Unloaded, "offered load, as a fraction of capacity, of the unloaded-latency measurement")
 	fs.IntVar(&cfg.MaxInflight, "max-inflight", cfg.MaxInflight, "cap on overload arrivals in flight; arrivals beyond it are dropped and counted")
 	fs.DurationVar(&cfg.Sleep, "sleep", cfg.Sleep, "pg_sleep duration of the sleep query")
 	fs.IntVar(&cfg.CPURows, "cpu-rows", cfg.CPURows, "rows summed by the CPU-bound query (generate_series)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the Poisson arrival process")
+	fs.Int64Var(&cfg.ArrivalSeed, "arrivals", cfg.ArrivalSeed, "random source of the Poisson arrival process (the same value gives the same arrivals)")
 	fs.StringVar(&cfg.Note, "note", "", "a note printed at the top of the report, for example about a shared machine")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to `file` (all contenders: use pprof -focus)")
 	fs.StringVar(&cfg.MutexProfile, "mutexprofile", "", "write a mutex contention profile of the run to `file`")
@@ -231,6 +233,8 @@ func (c *config) validate() error {
 		c.Q = c.B
 	}
 	switch {
+	case c.Observe != observeNone && c.Observe != observeMetrics && c.Observe != observeTraces:
+		return fmt.Errorf("-observe: %q is not metrics, traces or empty", c.Observe)
 	case c.P < 1:
 		return errors.New("-P must be at least 1")
 	case c.B < 1 || c.B > c.P:

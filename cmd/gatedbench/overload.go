@@ -24,7 +24,7 @@ import (
 // arrivals at a small fraction of that capacity, and then offers each load level (a multiple of
 // the capacity) as open-loop Poisson arrivals: every arrival is a goroutine of its own with a
 // context.WithTimeout(deadline), started on schedule whether or not earlier ones have finished.
-// Plain and gated see the same arrival sequence (same seed), one after the other, in an order
+// Plain and gated see the same arrival sequence (same ArrivalSeed), one after the other, in an order
 // that alternates from level to level.
 //
 // An arrival ends in exactly one class: success (no error, within the deadline), late (no error
@@ -157,7 +157,7 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 	}
 
 	for _, c := range cs {
-		row, err := openLoop(ctx, cfg, c, q, cfg.Unloaded, oq.Capacity, rand.NewPCG(uint64(cfg.Seed), qi<<32))
+		row, err := openLoop(ctx, cfg, c, q, cfg.Unloaded, oq.Capacity, rand.NewPCG(uint64(cfg.ArrivalSeed), qi<<32))
 		if err != nil {
 			return oq, err
 		}
@@ -171,7 +171,7 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 		}
 		rows := make([]overloadRow, len(cs))
 		for _, c := range order {
-			row, err := openLoop(ctx, cfg, c, q, load, oq.Capacity, rand.NewPCG(uint64(cfg.Seed), qi<<32|uint64(li+1)))
+			row, err := openLoop(ctx, cfg, c, q, load, oq.Capacity, rand.NewPCG(uint64(cfg.ArrivalSeed), qi<<32|uint64(li+1)))
 			if err != nil {
 				return oq, err
 			}

@@ -14,7 +14,7 @@ import (
 
 // This file turns results into the targets verdict, results.md and results.csv.
 
-// Targets the issue sets for gated.
+// Targets gated is measured against.
 const (
 	ratioLimit1     = 1.05                   // gated/plain time per op at 1 goroutine
 	ratioLimitMany  = 1.10                   // ... at more goroutines
@@ -113,7 +113,7 @@ type target struct {
 	Result                verdict
 }
 
-// targets evaluates the issue's targets on res.
+// targets evaluates gated's targets on res.
 func targets(res *results) []target {
 	cfg := res.Config
 	var out []target
@@ -311,7 +311,7 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 	pf := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 
 	pf("# gated benchmarks\n\n")
-	pf("Produced by `cmd/gatedbench` (issue 4). The exact command:\n\n```sh\n%s\n```\n\n", cfg.Command)
+	pf("Produced by `cmd/gatedbench`. The exact command:\n\n```sh\n%s\n```\n\n", cfg.Command)
 	pf("Run it yourself with `go run ./cmd/gatedbench` (about %.0f minutes; `-quick` for a smoke run under a minute; "+
 		"`-h` lists the flags); `-publish .` rewrites this file and the charts in docs/bench/.\n\n", estimate(defaults()).Minutes())
 	if cfg.Note != "" {
@@ -368,8 +368,8 @@ func writeMarkdown(w io.Writer, res *results, imgPrefix string) error {
 			"live, the heap without its garbage. Checks (gated rows): goodput ≥ %.0f %% of capacity, goodput ≥ plain's "+
 			"(above 1×), success p99 ≤ %.0f× plain's unloaded p99, refusal p99 ≤ %s, peak waiting ≤ Q, peak heap "+
 			"≤ the larger of the lowest level's peak + %.0f× bytes/op per additional arrival in flight, and plain's "+
-			"peak at the same level (the GC paces both by the callers' allocation rate), + %.0f MiB. The issue "+
-			"judges goodput, p99 and refusal latency at %g×; the others at every level.\n\n", goodputShare*100,
+			"peak at the same level (the GC paces both by the callers' allocation rate), + %.0f MiB. The targets "+
+			"judge goodput, p99 and refusal latency at %g×; the others at every level.\n\n", goodputShare*100,
 			p99Factor, fmtDur(refusalP99Limit), heapGCFactor, mib(heapSlack), judgedLoad)
 		for qi := range res.Overload {
 			q := &res.Overload[qi]

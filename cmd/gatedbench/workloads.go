@@ -1,6 +1,6 @@
 package main
 
-// gatedbench workloads: issue 8's two figures, apart from the main run.
+// gatedbench workloads: the figures for workload isolation and deadline cost, apart from the main run.
 //
 //   - isolation: a batch workload (B=2) offered pg_sleep(0.2) at 10× its capacity beside the
 //     default workload offered short queries at 2× its capacity, against the default workload

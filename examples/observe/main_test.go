@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/gatedhttp"
 	"github.com/gatedsql/gated/internal/pgtest"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -56,7 +58,8 @@ func get(t *testing.T, base, path string) int {
 // TestMetricsMatchStatsAfterEveryKindOfOutcome starts the example's server on a gate with one
 // execution permit and one place in the queue, drives requests that are admitted, refused both
 // ways, canceled while waiting and ended by the server's statement and lock timeouts, scrapes
-// /metrics over HTTP and checks every metric of DESIGN Part 2 against Stats().
+// /metrics over HTTP and checks every metric of the documented list (docs/operations.md) against
+// Stats().
 func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	base := pgtest.URL(t)
 	sep := "?"
@@ -118,8 +121,16 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	go func() { waiter <- get(t, ts.URL, "/work") }()
 	waitFor(t, "one waiter", func() bool { return svc.c.Stats().Waiting == 1 })
 	// ...so B+Q is used up and the next one is refused at once (503).
-	if code := get(t, ts.URL, "/work"); code != 503 {
-		t.Errorf("admission full: %d, want 503", code)
+	if resp, err := http.Get(ts.URL + "/work"); err != nil {
+		t.Error(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 503 || err != nil || ra < 1 || ra > gatedhttp.MaxRetryAfter ||
+			strings.Contains(string(body), "gated:") {
+			t.Errorf("admission full: %d, Retry-After %q, body %q; want 503 from the Rejecter, without the error's text",
+				resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
 	}
 	if code := <-waiter; code != 503 {
 		t.Errorf("admission timeout: %d, want 503", code)
@@ -154,7 +165,7 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	checkAgainstStats(t, fams, s)
 }
 
-// checkAgainstStats checks every metric named in DESIGN Part 2: gauges and counters equal to s,
+// checkAgainstStats checks every metric named in docs/operations.md: gauges and counters equal to s,
 // histograms with one observation per admitted operation (wait, connect, hold).
 func checkAgainstStats(t *testing.T, fams map[string]*dto.MetricFamily, s gated.Stats) {
 	t.Helper()
@@ -190,6 +201,7 @@ func checkAgainstStats(t *testing.T, fams map[string]*dto.MetricFamily, s gated.
 		{"gated_connections_closed_total", []string{"reason", "idle_time"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedIdleTime)},
 		{"gated_connections_closed_total", []string{"reason", "dead_idle"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedDeadIdle)},
 		{"gated_connections_closed_total", []string{"reason", "close"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedByClose)},
+		{"gated_connections_closed_total", []string{"reason", "canceled"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedCanceled)},
 		{"gated_connect_errors_total", nil, dto.MetricType_COUNTER, float64(s.Pool.ConnectErrors)},
 		{"gated_connect_canceled_total", nil, dto.MetricType_COUNTER, float64(s.Pool.ConnectCanceled)},
 	} {

@@ -90,7 +90,7 @@ func TestGooseUpAndDown(t *testing.T) {
 	})
 }
 
-// TestGooseWithOnePermit shows why the README asks for B ≥ 2: with B=1 the session lock's
+// TestGooseWithOnePermit shows why docs/drivers.md asks for B ≥ 2: with B=1 the session lock's
 // connection holds the only permit, so the Go migration that runs on the *sql.DB is refused
 // after gate_queue_wait (a gated error, not a hang), goose stops after migration 2 and releases
 // the lock, and every permit comes back. SQL migrations alone need one permit.
