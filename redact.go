@@ -104,6 +104,17 @@ func secretsOf(dsn string) []string {
 				raw = append(raw, p.value, dsn[p.start:p.end], strings.Trim(dsn[p.start:p.end], "'"))
 			}
 		}
+	} else if user, after, ok := strings.Cut(afterScheme(dsn), ":"); ok && !strings.ContainsAny(user, "/?#@= \t") {
+		// user:password@host of a URL or a mysql DSN, where the password may hold '@', '/', '?'
+		// and '#' unescaped: every '@' may be the end.
+		for at := strings.IndexByte(after, '@'); at >= 0; {
+			raw = append(raw, after[:at])
+			next := strings.IndexByte(after[at+1:], '@')
+			if next < 0 {
+				break
+			}
+			at += 1 + next
+		}
 	}
 	if q := strings.IndexByte(dsn, '?'); q >= 0 {
 		for part := range strings.SplitSeq(dsn[q+1:], "&") {
@@ -116,28 +127,6 @@ func secretsOf(dsn string) []string {
 					raw = append(raw, v[:end])
 				}
 				raw = append(raw, v)
-			}
-		}
-	}
-	rest, isURL := dsn, false
-	if i := strings.Index(dsn, "://"); i >= 0 {
-		rest, isURL = dsn[i+3:], true
-	}
-	if user, after, ok := strings.Cut(rest, ":"); ok && !strings.ContainsAny(user, "/?#@= \t") {
-		// user:password@host, where the password may hold '@', '/', '?' and '#' unescaped:
-		// every '@' may be the end.
-		for at := strings.IndexByte(after, '@'); at >= 0; {
-			raw = append(raw, after[:at])
-			next := strings.IndexByte(after[at+1:], '@')
-			if next < 0 {
-				break
-			}
-			at += 1 + next
-		}
-	} else if !isURL {
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
-				raw = append(raw, pass)
 			}
 		}
 	}
@@ -169,6 +158,14 @@ func secretsOf(dsn string) []string {
 		}
 	}
 	return out
+}
+
+// afterScheme returns dsn without its "scheme://", if any.
+func afterScheme(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		return dsn[i+3:]
+	}
+	return dsn
 }
 
 // isPasswordKey reports whether a DSN key holds a secret: password, sslpassword and the like.
