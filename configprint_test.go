@@ -40,3 +40,12 @@ func TestConfigPrintsWithoutThePassword(t *testing.T) {
 		}
 	}
 }
+
+func ExampleConfig_String() {
+	cfg, err := ParseDSN("postgres://app:s3cr3t-pw@db.example/shop?sslmode=require&gate_concurrent=8")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(cfg)
+	// Output: postgres://app:xxxxx@db.example/shop?sslmode=require&gate_concurrent=8
+}
