@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lib/pq"
 )
 
 // The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
@@ -177,15 +179,48 @@ func sendRollback(dc driver.Conn, ctx context.Context) bool {
 	return err == nil
 }
 
-// staleState reports whether err is the server's refusal of a prepared statement that has gone
-// stale: 26000 (prepared statement does not exist, after DISCARD ALL or DEALLOCATE) or 0A000
-// (cached plan must not change result type, after a migration). Neither ran anything.
+// staleState reports whether err is the server's refusal of a prepared statement itself, before
+// anything of it ran: a cached plan whose result type a migration changed (0A000 raised by
+// RevalidateCachedQuery, "cached plan must not change result type") or a statement name that no
+// longer exists (26000 raised by FetchPreparedStatement, after DISCARD ALL or DEALLOCATE), raised
+// for the top-level statement and not inside a function or procedure (no Where context). The
+// class alone proves nothing: 0A000 is feature_not_supported, which a procedure raises after its
+// COMMIT as readily. The answer holds for one statement sent alone, as every prepared statement
+// is; a simple-protocol string may hold a COMMIT before the session's own stale EXECUTE, so the
+// caller of an unprepared query checks oneStatement too.
+//
+// The routine names are the server's source identifiers, the same in every lc_messages locale;
+// a server that sends none (some PostgreSQL-compatible ones) is matched by PostgreSQL's English
+// message.
 func staleState(err error) bool {
-	switch sqlState(err) {
-	case "0A000", "26000":
-		return true
+	var code, msg, where, routine string
+	var pgErr *pgconn.PgError
+	var pqErr *pq.Error
+	switch {
+	case errors.As(err, &pgErr):
+		code, msg, where, routine = pgErr.Code, pgErr.Message, pgErr.Where, pgErr.Routine
+	case errors.As(err, &pqErr):
+		code, msg, where, routine = string(pqErr.Code), pqErr.Message, pqErr.Where, pqErr.Routine
+	default:
+		return false
+	}
+	if where != "" {
+		return false
+	}
+	switch code {
+	case "0A000":
+		return routine == "RevalidateCachedQuery" || routine == "" && msg == "cached plan must not change result type"
+	case "26000":
+		return routine == "FetchPreparedStatement" || routine == "" && strings.HasPrefix(msg, "prepared statement ")
 	}
 	return false
+}
+
+// oneStatement reports whether query is certainly a single SQL statement: it has no semicolon
+// but at its end. A statement with one inside a literal or comment is taken for several, which
+// only forgoes the stale-statement retry.
+func oneStatement(query string) bool {
+	return !strings.Contains(strings.TrimRight(query, "; \t\r\n"), ";")
 }
 
 // sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error

@@ -158,5 +158,11 @@ func armSock(s *sockConn) {
 	}
 }
 
-// staleStatement: pgx drops a cached statement from its cache when a query on it fails.
-func (c *pgxConn) staleStatement(err error) bool { return staleState(err) }
+// staleStatement: pgx prepares and caches a statement for an unprepared query in its default
+// exec mode (cache_statement, the only one that keeps named statements), and drops it from its
+// cache when a query on it fails; a refusal of it (staleState) ran nothing. In the other modes
+// pgx caches no statement, and a refusal is of the query's own EXECUTE. The Config copy is made
+// on this rare path only.
+func (c *pgxConn) staleStatement(err error) bool {
+	return staleState(err) && c.dc.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+}
