@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lib/pq"
 )
 
 // The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
@@ -66,6 +64,9 @@ type innerConn interface {
 	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing
 	// and the driver has dropped its cache entry: the query may run once more.
 	staleStatement(err error) bool
+	// refusedStale reports whether err is the server's refusal of a prepared statement itself,
+	// before anything of it ran (staleRefusal); false for drivers whose errors gated cannot read.
+	refusedStale(err error) bool
 	// beginSet begins a transaction whose first statements are set (SET LOCAL ...): pgx sends
 	// them in BEGIN's round trip. On failure no transaction is open, or the connection is not
 	// idle and gets destroyed.
@@ -179,31 +180,20 @@ func sendRollback(dc driver.Conn, ctx context.Context) bool {
 	return err == nil
 }
 
-// staleState reports whether err is the server's refusal of a prepared statement itself, before
-// anything of it ran: a cached plan whose result type a migration changed (0A000 raised by
-// RevalidateCachedQuery, "cached plan must not change result type") or a statement name that no
-// longer exists (26000 raised by FetchPreparedStatement, after DISCARD ALL or DEALLOCATE), raised
-// for the top-level statement and not inside a function or procedure (no Where context). The
-// class alone proves nothing: 0A000 is feature_not_supported, which a procedure raises after its
-// COMMIT as readily. The answer holds for one statement sent alone, as every prepared statement
-// is; a simple-protocol string may hold a COMMIT before the session's own stale EXECUTE, so the
-// caller of an unprepared query checks oneStatement too.
+// staleRefusal reports whether a server error with these fields is the server's refusal of a
+// prepared statement itself, before anything of it ran: a cached plan whose result type a
+// migration changed (0A000 raised by RevalidateCachedQuery, "cached plan must not change result
+// type") or a statement name that no longer exists (26000 raised by FetchPreparedStatement, after
+// DISCARD ALL or DEALLOCATE), raised for the top-level statement and not inside a function or
+// procedure (no Where context). The class alone proves nothing: 0A000 is feature_not_supported,
+// which a procedure raises after its COMMIT as readily. The answer holds for one statement sent
+// alone, as every prepared statement is; a simple-protocol string may hold a COMMIT before the
+// session's own stale EXECUTE, so the caller of an unprepared query checks oneStatement too.
 //
 // The routine names are the server's source identifiers, the same in every lc_messages locale;
 // a server that sends none (some PostgreSQL-compatible ones) is matched by PostgreSQL's English
-// message.
-func staleState(err error) bool {
-	var code, msg, where, routine string
-	var pgErr *pgconn.PgError
-	var pqErr *pq.Error
-	switch {
-	case errors.As(err, &pgErr):
-		code, msg, where, routine = pgErr.Code, pgErr.Message, pgErr.Where, pgErr.Routine
-	case errors.As(err, &pqErr):
-		code, msg, where, routine = string(pqErr.Code), pqErr.Message, pqErr.Where, pqErr.Routine
-	default:
-		return false
-	}
+// message. The drivers' files read the fields from their error types (innerConn.refusedStale).
+func staleRefusal(code, msg, where, routine string) bool {
 	if where != "" {
 		return false
 	}

@@ -21,7 +21,7 @@ import (
 //     DISCARD ALL may have invalidated;
 //   - a copy the server refuses before running anything of it (0A000 "cached plan must not
 //     change result type", 26000 "prepared statement does not exist", each raised for the
-//     statement itself and not inside a procedure it calls; see staleState) is evicted, and the
+//     statement itself and not inside a procedure it calls; see staleRefusal) is evicted, and the
 //     statement retried once when nothing else ran in the binding;
 //   - at most maxCachedStmts copies are kept per connection, the oldest closed first;
 //   - none at all when the inner DSN asks for no named statements (innerConn.serverPrepares),
@@ -96,10 +96,10 @@ func (pc *physConn) stmtFor(ctx context.Context, s *stmtShare) (driver.Stmt, err
 }
 
 // evictStale removes pc's copy of s when err says the server refused the copy itself before
-// running anything (staleState: a copy is always one statement sent with the extended protocol),
+// running anything (refusedStale: a copy is always one statement sent with the extended protocol),
 // and reports whether it did. Any other failure leaves the copy in place and is not retried.
 func (pc *physConn) evictStale(err error, s *stmtShare) bool {
-	return staleState(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
+	return pc.inner.refusedStale(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
 }
 
 // evictQuery removes pc's copy of the statement for query, and reports whether there was one.
