@@ -275,14 +275,19 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 }
 
 // mayRetryStale reports whether an unprepared query that failed with err may run once more: the
-// driver's own cached statement for it had gone stale, so the server ran nothing, and nothing
-// else ran in the binding, so no transaction was aborted by the failure. pgx runs an unprepared
-// query on a statement the application prepared for the same text, so that copy is evicted too.
+// server refused, before running anything (innerConn.refusedStale), a statement that the application prepared
+// for the same text (pgx runs an unprepared query on that one, so the copy is evicted either way)
+// or that the driver prepared and cached for it (innerConn.staleStatement) when the text is one
+// statement (oneStatement: a string of several may have committed some); and nothing else ran in
+// the binding, so no transaction was aborted by the failure. Any other failure, whatever its
+// SQLSTATE, is returned as it is.
 func (cn *conn) mayRetryStale(pc *physConn, query string, err error, retried bool) bool {
-	if err == nil || !pc.inner.staleStatement(err) {
+	if err == nil || !pc.inner.refusedStale(err) {
 		return false
 	}
-	pc.evictQuery(query)
+	if !pc.evictQuery(query) && !(oneStatement(query) && pc.inner.staleStatement(err)) {
+		return false
+	}
 	return !retried && cn.fresh
 }
 

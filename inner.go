@@ -64,6 +64,9 @@ type innerConn interface {
 	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing
 	// and the driver has dropped its cache entry: the query may run once more.
 	staleStatement(err error) bool
+	// refusedStale reports whether err is the server's refusal of a prepared statement itself,
+	// before anything of it ran (staleRefusal); false for drivers whose errors gated cannot read.
+	refusedStale(err error) bool
 	// beginSet begins a transaction whose first statements are set (SET LOCAL ...): pgx sends
 	// them in BEGIN's round trip. On failure no transaction is open, or the connection is not
 	// idle and gets destroyed.
@@ -177,15 +180,37 @@ func sendRollback(dc driver.Conn, ctx context.Context) bool {
 	return err == nil
 }
 
-// staleState reports whether err is the server's refusal of a prepared statement that has gone
-// stale: 26000 (prepared statement does not exist, after DISCARD ALL or DEALLOCATE) or 0A000
-// (cached plan must not change result type, after a migration). Neither ran anything.
-func staleState(err error) bool {
-	switch sqlState(err) {
-	case "0A000", "26000":
-		return true
+// staleRefusal reports whether a server error with these fields is the server's refusal of a
+// prepared statement itself, before anything of it ran: a cached plan whose result type a
+// migration changed (0A000 raised by RevalidateCachedQuery, "cached plan must not change result
+// type") or a statement name that no longer exists (26000 raised by FetchPreparedStatement, after
+// DISCARD ALL or DEALLOCATE), raised for the top-level statement and not inside a function or
+// procedure (no Where context). The class alone proves nothing: 0A000 is feature_not_supported,
+// which a procedure raises after its COMMIT as readily. The answer holds for one statement sent
+// alone, as every prepared statement is; a simple-protocol string may hold a COMMIT before the
+// session's own stale EXECUTE, so the caller of an unprepared query checks oneStatement too.
+//
+// The routine names are the server's source identifiers, the same in every lc_messages locale;
+// a server that sends none (some PostgreSQL-compatible ones) is matched by PostgreSQL's English
+// message. The drivers' files read the fields from their error types (innerConn.refusedStale).
+func staleRefusal(code, msg, where, routine string) bool {
+	if where != "" {
+		return false
+	}
+	switch code {
+	case "0A000":
+		return routine == "RevalidateCachedQuery" || routine == "" && msg == "cached plan must not change result type"
+	case "26000":
+		return routine == "FetchPreparedStatement" || routine == "" && strings.HasPrefix(msg, "prepared statement ")
 	}
 	return false
+}
+
+// oneStatement reports whether query is certainly a single SQL statement: it has no semicolon
+// but at its end. A statement with one inside a literal or comment is taken for several, which
+// only forgoes the stale-statement retry.
+func oneStatement(query string) bool {
+	return !strings.Contains(strings.TrimRight(query, "; \t\r\n"), ";")
 }
 
 // sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error

@@ -87,6 +87,7 @@ func (c genericConn) execSet(ctx context.Context, set string) error {
 func (genericConn) closeStmts() bool { return true }
 
 func (genericConn) staleStatement(error) bool { return false }
+func (genericConn) refusedStale(error) bool   { return false }
 
 // serverPrepares: an unknown driver prepares as it always does.
 func (genericConn) serverPrepares(string) bool { return true }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -158,5 +159,17 @@ func armSock(s *sockConn) {
 	}
 }
 
-// staleStatement: pgx drops a cached statement from its cache when a query on it fails.
-func (c *pgxConn) staleStatement(err error) bool { return staleState(err) }
+// staleStatement: pgx prepares and caches a statement for an unprepared query in its default
+// exec mode (cache_statement, the only one that keeps named statements), and drops it from its
+// cache when a query on it fails; a refusal of it (refusedStale) ran nothing. In the other modes
+// pgx caches no statement, and a refusal is of the query's own EXECUTE. The Config copy is made
+// on this rare path only.
+func (c *pgxConn) staleStatement(err error) bool {
+	return c.refusedStale(err) && c.dc.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+}
+
+// refusedStale reads pgconn's error (see staleRefusal).
+func (c *pgxConn) refusedStale(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && staleRefusal(e.Code, e.Message, e.Where, e.Routine)
+}

@@ -41,7 +41,7 @@ func pgxConnectOptions(o innerOptions) []stdlib.OptionOpenDB {
 			if err := o.pgxAfter(ctx, conn); err != nil {
 				// stdlib returns AfterConnect's error without closing the connection.
 				conn.Close(ctx)
-				return fmt.Errorf("Config.PgxAfterConnect: %w", err)
+				return fmt.Errorf("gated: Config.PgxAfterConnect: %w", err)
 			}
 			return nil
 		}))
@@ -56,10 +56,10 @@ func pgxRunBefore(ctx context.Context, cfg *pgx.ConnConfig, o innerOptions) erro
 	*cfg = *cfg.Copy()
 	watcher := cfg.BuildContextWatcherHandler
 	if err := o.pgxBefore(ctx, cfg); err != nil {
-		return fmt.Errorf("Config.PgxBeforeConnect: %w", err)
+		return fmt.Errorf("gated: Config.PgxBeforeConnect: %w", err)
 	}
 	if cfg.DialFunc == nil {
-		return errors.New("Config.PgxBeforeConnect left pgx.ConnConfig.DialFunc nil")
+		return errors.New("gated: Config.PgxBeforeConnect left pgx.ConnConfig.DialFunc nil")
 	}
 	// gated releases a permit when pgx's asynchronous close of a cancelled connection has ended
 	// (see newPgxInner): another handler would break that.
@@ -72,7 +72,7 @@ func pgxRunBefore(ctx context.Context, cfg *pgx.ConnConfig, o innerOptions) erro
 	}
 	maps.Copy(cfg.RuntimeParams, o.params)
 	if o.pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
-		return fmt.Errorf("Config.PgxBeforeConnect set DefaultQueryExecMode %v, which prepares named statements that a transaction pooler (gate_pooler=transaction) gives to other clients: keep exec or simple_protocol", cfg.DefaultQueryExecMode)
+		return fmt.Errorf("gated: Config.PgxBeforeConnect set DefaultQueryExecMode %v, which prepares named statements that a transaction pooler (gate_pooler=transaction) gives to other clients: keep exec or simple_protocol", cfg.DefaultQueryExecMode)
 	}
 	return nil
 }

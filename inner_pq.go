@@ -3,6 +3,7 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net"
 	"reflect"
@@ -213,3 +214,9 @@ func (c *pqConn) beginSet(ctx context.Context, opts driver.TxOptions, set string
 }
 
 func (c *pqConn) execSet(ctx context.Context, set string) error { return execSimple(ctx, c.dc, set) }
+
+// refusedStale reads lib/pq's error (see staleRefusal).
+func (c *pqConn) refusedStale(err error) bool {
+	var e *pq.Error
+	return errors.As(err, &e) && staleRefusal(string(e.Code), e.Message, e.Where, e.Routine)
+}

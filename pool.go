@@ -129,14 +129,15 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	if err != nil {
 		p.countDialFailureLocked(canceled)
 		p.releaseSlotLocked()
+		err = connectError(err, p.obs.dsn)
 		if cerr := ctx.Err(); canceled && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			// The driver reported its i/o timeout (the deadline passed): say what ended it.
 			if cerr == nil {
 				cerr = context.DeadlineExceeded
 			}
-			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", hideBadConn(err), cerr)
+			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", err, cerr)
 		}
-		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
+		return nil, err
 	}
 	p.opened++
 	p.inUse++

@@ -191,32 +191,17 @@ func sameServer(dsns []string) error {
 	return nil
 }
 
-// scrub removes the DSNs' passwords from msg. gated's errors never contain one; this also covers
-// errors of the inner driver and of the network.
+// scrub removes the DSNs' passwords from msg, with gated's redactor: gated's errors never contain
+// one; this also covers errors of the inner driver and of the network. A password that pgconn
+// takes from the environment or a password file rather than the DSN goes too.
 func scrub(msg string, dsns []string) string {
 	for _, dsn := range dsns {
-		var secrets []string
+		msg = gated.Redact(msg, dsn)
 		if cfg, err := gated.ParseDSN(dsn); err == nil {
 			if pc, err := pgconn.ParseConfig(cfg.DSN); err == nil && pc.Password != "" {
-				secrets = append(secrets, pc.Password, url.QueryEscape(pc.Password), url.PathEscape(pc.Password))
+				u := url.URL{Scheme: "postgres", User: url.UserPassword("", pc.Password), Host: "h"}
+				msg = gated.Redact(msg, u.String())
 			}
-		}
-		if _, rest, ok := strings.Cut(dsn, "://"); ok {
-			// By hand rather than url.Parse, which refuses a malformed URL that may still hold one.
-			if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-				rest = rest[:i]
-			}
-			if at := strings.LastIndex(rest, "@"); at >= 0 {
-				if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-					secrets = append(secrets, pw)
-					if dec, err := url.PathUnescape(pw); err == nil {
-						secrets = append(secrets, dec)
-					}
-				}
-			}
-		}
-		for _, s := range secrets {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
 		}
 	}
 	return msg
