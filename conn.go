@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -13,21 +12,17 @@ import (
 const maxPhysicalTries = 3
 
 // A conn is the virtual connection database/sql pools. It costs a small struct and no I/O until
-// its first operation binds it: admission permit, execution permit, physical connection. The
-// binding lasts until database/sql returns the connection to its pool (IsValid) or closes it.
+// its first operation binds it (binding.go): execution permit, physical connection. The binding
+// lasts until database/sql returns the connection to its pool (IsValid) or closes it.
 // database/sql serializes calls on one driver connection, so conn needs no lock of its own.
 type conn struct {
 	c *Connector
-
-	// The current binding; g is nil when unbound. pc may be nil while g is set, after a failed
-	// replacement of a broken physical connection: the permit is still held until unbind.
-	g      *gate
-	pc     *physConn
-	fresh  bool // nothing that created session state ran on pc in this binding: a broken pc may be swapped
-	txOpen bool // a transaction began on pc and has not ended
+	binding
 	closed bool
 
-	since time.Duration // when the permit was granted (monoNow), if an Observer is attached
+	// The call of a query that succeeded, handed by runAs to the rows that end it (rowsOf).
+	handed call
+	rows   rows // the rows of the binding's query, when no earlier rows of it are open
 }
 
 var (
@@ -53,60 +48,37 @@ func (cn *conn) bind(ctx context.Context) error {
 	if cn.closed {
 		return driver.ErrBadConn // database/sql never uses a closed conn; be safe if it did
 	}
-	g, err := cn.c.gateFor(ctx)
-	if err != nil {
-		return err
-	}
-	start := cn.c.obs.now()
-	pc, err := g.acquire(ctx)
-	cn.since = cn.c.obs.acquired(g, start, err)
-	if err != nil {
-		return err
-	}
-	pc, err = cn.c.pool.ready(ctx, pc, g)
-	cn.c.obs.connected(g, cn.since, err)
-	if err != nil {
-		return err // ready has released the permit, or handed it to a cleanup that will
-	}
-	cn.g, cn.pc, cn.fresh = g, pc, true
-	return nil
+	return cn.binding.bind(ctx, cn.c)
 }
 
 // errNoPhysical is returned for calls made after the binding lost its physical connection and
 // could not get another; the permit is released when database/sql returns the connection.
 var errNoPhysical = errors.New("gated: the operation's physical connection failed and no replacement could be opened")
 
-// unbind ends the binding: a healthy physical connection goes to the next waiter or idle, a
-// broken one is destroyed in the background and its permit released after that. Never blocks.
-func (cn *conn) unbind() {
-	g, pc := cn.g, cn.pc
-	if g == nil {
-		return
+// unbind ends the binding, if any (binding.unbind).
+func (cn *conn) unbind() { cn.binding.unbind(cn.c) }
+
+// An opKind says what an operation leaves behind, for run.
+type opKind uint8
+
+const (
+	opSession opKind = iota // may create session state (exec; begin)
+	opFresh                 // creates no session state a replacement would lose (prepare, ping)
+	opRows                  // a query: on success its call goes on until the rows close
+)
+
+// run is runAs for an operation that creates session state (exec, begin) or, with keepsFresh,
+// none (prepare, ping).
+func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
+	if keepsFresh {
+		return cn.runAs(ctx, opFresh, op)
 	}
-	cn.g, cn.pc = nil, nil
-	cn.c.obs.held(g, cn.since)
-	if pc == nil {
-		g.release(nil)
-		return
-	}
-	if !pc.inner.unwatch() {
-		pc.broken = true // a context ended and cut the socket's calls short
-	}
-	if cn.txOpen {
-		// The transaction was neither committed nor rolled back.
-		cn.txOpen = false
-		pc.broken = true
-	}
-	if pc.reusable() {
-		pc.used = true
-		pc.inner.rested()
-		g.release(pc)
-		return
-	}
-	cn.c.pool.destroyAsync(pc, func() { g.release(nil) })
+	return cn.runAs(ctx, opSession, op)
 }
 
-// run calls op on the bound physical connection.
+// runAs calls op on the bound physical connection, as one call (call.go) under ctx: begun before
+// op and ended when op returns, also when it panics, except that the call of a query that
+// succeeded (opRows) is handed to its rows (cn.handed), which end it at Close.
 //
 // When op fails and gated knows that nothing was sent (see innerConn.unsent: for pgx and lib/pq
 // no byte left the socket, for other drivers driver.ErrBadConn) on a binding without session
@@ -115,40 +87,46 @@ func (cn *conn) unbind() {
 // is still held by the connection being destroyed. Anything that may have reached the server is
 // never run again, and its error never wraps driver.ErrBadConn, so database/sql does not retry
 // it either. Dead idle connections are finite, so replays end; connections opened for this
-// operation that fail too end them after maxPhysicalTries. keepsFresh is true for operations
-// that create no session state a replacement would lose (prepare, ping).
+// operation that fail too end them after maxPhysicalTries.
 //
 // A panic in op (an argument's Value method, say) ends a binding this call made, destroying the
 // physical connection whose state is unknown, before it goes on: database/sql does not return
 // a connection whose call panicked, and the permit would be lost.
-func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) error) error {
+func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error) error {
 	made := cn.g == nil
 	if err := cn.bind(ctx); err != nil {
 		return err
 	}
+	var cl call
 	defer func() {
 		if r := recover(); r != nil {
+			cl.end()
 			cn.abandon(made)
 			panic(r)
 		}
 	}()
 	for newTries := 0; ; {
 		pc := cn.pc
-		pc.inner.watch(ctx)
 		pc.sweep(cn.c.stmts)
-		before := pc.inner.sent()
+		cl = pc.startCall(ctx)
+		before := cl.before
 		wasFresh := cn.fresh
 		start := cn.c.obs.now()
 		err := op(pc)
+		if err == nil && kind == opRows {
+			cn.handed, cl = cl, call{}
+		} else {
+			cl.end()
+		}
 		cn.c.obs.statement(cn.g, start, ctx, err)
 		if err == nil {
-			if !keepsFresh {
+			if kind != opFresh {
 				cn.fresh = false
 			}
 			return nil
 		}
 		if !pc.inner.unsent(err, before) {
-			if !keepsFresh {
+			if kind != opFresh {
 				cn.fresh = false
 			}
 			return opError(ctx, err, wasFresh)
@@ -164,7 +142,7 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 				return fmt.Errorf("gated: %d new physical connections failed before the statement was sent: %w", newTries, hideBadConn(err))
 			}
 		}
-		if err := cn.replace(ctx); err != nil {
+		if err := cn.binding.replace(ctx, cn.c.pool, err); err != nil {
 			return err
 		}
 	}
@@ -196,23 +174,6 @@ func (cn *conn) abandon(made bool) {
 	if made {
 		cn.unbind()
 	}
-}
-
-// replace destroys the broken physical connection and binds another, keeping the permit. The
-// destroy finishes first (the permit follows the cleanup, I4); when ctx ends before it does,
-// the permit goes to the cleanup, the binding ends, and replace returns the context's error.
-func (cn *conn) replace(ctx context.Context) error {
-	old := cn.pc
-	cn.pc = nil
-	old.inner.unwatch()
-	old.closedFor = CloseDeadIdle
-	pc, err := cn.c.pool.retire(ctx, old, cn.g)
-	if err != nil {
-		cn.g = nil // retire released the permit, or handed it to the cleanup
-		return err
-	}
-	cn.pc = pc
-	return nil
 }
 
 // PrepareContext binds the connection and prepares query on the physical connection, so that
@@ -249,7 +210,9 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	var inner driver.Tx
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
 		var set string
-		if cn.c.lim.deadline {
+		if cn.c.lim.deadline && pc.sess.idle() {
+			// Not inside a transaction the application began with BEGIN: gated sends nothing
+			// of its own there.
 			set = cn.c.lim.txSet(ctx, pc)
 		}
 		inner, err = pc.begin(ctx, opts, set)
@@ -289,31 +252,39 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 // are returned as they are: database/sql keeps the connection, and so the binding, until
 // rows.Close.
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	var rows driver.Rows
-	err := cn.run(ctx, false, func(pc *physConn) (err error) {
+	var rs driver.Rows
+	err := cn.runAs(ctx, opRows, func(pc *physConn) (err error) {
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
 		defer cn.c.lim.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
-			rows, err = pc.query(ctx, query, args)
+			rs, err = pc.query(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
 				return err
 			}
 		}
 	})
-	return rows, err
+	if err != nil {
+		return nil, err
+	}
+	return cn.rowsOf(rs), nil
 }
 
 // mayRetryStale reports whether an unprepared query that failed with err may run once more: the
-// driver's own cached statement for it had gone stale, so the server ran nothing, and nothing
-// else ran in the binding, so no transaction was aborted by the failure. pgx runs an unprepared
-// query on a statement the application prepared for the same text, so that copy is evicted too.
+// server refused, before running anything (innerConn.refusedStale), a statement that the application prepared
+// for the same text (pgx runs an unprepared query on that one, so the copy is evicted either way)
+// or that the driver prepared and cached for it (innerConn.staleStatement) when the text is one
+// statement (oneStatement: a string of several may have committed some); and nothing else ran in
+// the binding, so no transaction was aborted by the failure. Any other failure, whatever its
+// SQLSTATE, is returned as it is.
 func (cn *conn) mayRetryStale(pc *physConn, query string, err error, retried bool) bool {
-	if err == nil || !pc.inner.staleStatement(err) {
+	if err == nil || !pc.inner.refusedStale(err) {
 		return false
 	}
-	pc.evictQuery(query)
+	if !pc.evictQuery(query) && !(oneStatement(query) && pc.inner.staleStatement(err)) {
+		return false
+	}
 	return !retried && cn.fresh
 }
 
@@ -370,15 +341,18 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 	if err := cn.bind(ctx); err != nil {
 		return nil, err
 	}
-	cn.fresh = false  // the caller may create session state behind the wrapper's back
-	cn.pc.stmtMs = -1 // and change its statement_timeout
+	cn.fresh = false       // the caller may create session state behind the wrapper's back
+	cn.pc.sess.stmtMs = -1 // and change its statement_timeout
 	return cn.pc.conn, nil
 }
 
-// limitSession gives a statement outside a transaction its server-side limit (timeout.go).
-// Inside a transaction the limit was set with SET LOCAL when it began.
+// limitSession gives a statement outside a transaction its server-side limit (timeout.go). It
+// sends nothing unless the server reported the session idle: inside a transaction begun with
+// BeginTx the limit was set with SET LOCAL when it began, and inside one the application began
+// itself (BEGIN on a pinned *sql.Conn) gated sends nothing of its own: a ROLLBACK would undo it
+// behind gated's back, and in a failed transaction the server refuses it.
 func (cn *conn) limitSession(ctx context.Context, pc *physConn) error {
-	if !cn.c.lim.deadline || cn.txOpen {
+	if !cn.c.lim.deadline || !pc.sess.idle() {
 		return nil
 	}
 	return cn.c.lim.applySession(ctx, pc)

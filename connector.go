@@ -4,8 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"fmt"
-	"slices"
+	"iter"
 	"sync"
 	"sync/atomic"
 )
@@ -31,8 +30,8 @@ type Connector struct {
 
 var _ driver.Connector = (*Connector)(nil)
 
-// NewConnector validates cfg (see [Config] for the defaults of zero fields) and returns a
-// Connector for it. It does no I/O: the first physical connection opens with the first operation.
+// NewConnector validates a copy of cfg, with the defaults of its zero fields filled in (see
+// [Config]), and returns a Connector for it. It does no I/O: the first physical connection opens with the first operation.
 // With a Name (gate_name) already used by an open Connector of this process, the new one shares
 // that Connector's gates and pool; its configuration must then be equal, or the error is a
 // *[DSNError] naming the first key that differs. Such shared gates close with the last of their
@@ -103,17 +102,20 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	if cfg.Name != "" {
 		app = cfg.Name
 	}
-	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != ""})
+	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != "",
+		pgxBefore: cfg.PgxBeforeConnect, pgxAfter: cfg.PgxAfterConnect})
 	if err != nil {
 		return nil, err
 	}
 	set := &gateSet{cfg: *cfg.Clone()}
-	set.pool = newPool(inner, wrap, cfg.MaxConns, cfg.MaxConnLifetime, cfg.MaxConnIdleTime)
+	// cfg is normalized: orZero turns its None into the zero that gates and pools read as none.
+	set.pool = newPool(inner, wrap, cfg.MaxConns, orZero(cfg.MaxConnLifetime), orZero(cfg.MaxConnIdleTime))
+	set.pool.jitter = cfg.lifetimeJitter()
 	adaptive := cfg.QueueOrder == QueueAdaptive
-	set.def = newGate(gateConfig{name: DefaultWorkload, concurrent: cfg.Concurrent, queue: cfg.Queue, queueWait: cfg.QueueWait, adaptive: adaptive}, set.pool)
+	set.def = newGate(gateConfig{name: DefaultWorkload, concurrent: cfg.Concurrent, queue: orZero(cfg.Queue), queueWait: orZero(cfg.QueueWait), adaptive: adaptive}, set.pool)
 	set.named = make(map[string]*gate, len(cfg.Workloads))
 	for _, w := range cfg.Workloads {
-		set.named[w.Name] = newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: w.Queue, queueWait: w.QueueWait, adaptive: adaptive}, set.pool)
+		set.named[w.Name] = newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: orZero(w.Queue), queueWait: orZero(w.QueueWait), adaptive: adaptive}, set.pool)
 	}
 	set.initObserve(cfg)
 	return set, nil
@@ -141,43 +143,6 @@ func (set *gateSet) release() bool {
 	}
 	delete(namedSets, set.cfg.Name)
 	return true
-}
-
-// sameGate reports the first setting in which b differs from a, the configuration of the gate
-// already open under the same gate_name.
-func sameGate(a, b *Config) error {
-	differ := func(key string, was, is any) error {
-		return &DSNError{Key: key, Err: fmt.Errorf("%v differs from the gate_name %q already open in this process (%v)", is, b.Name, was)}
-	}
-	switch {
-	case a.Driver != b.Driver:
-		return differ(keyDriver, shownValue(a.Driver), shownValue(b.Driver))
-	case a.DSN != b.DSN:
-		return &DSNError{Key: keyName, Err: fmt.Errorf("a gate named %q is already open in this process with another inner DSN", b.Name)}
-	case a.MaxConns != b.MaxConns:
-		return differ(keyMaxConns, a.MaxConns, b.MaxConns)
-	case a.Concurrent != b.Concurrent:
-		return differ(keyConcurrent, a.Concurrent, b.Concurrent)
-	case a.Queue != b.Queue:
-		return differ(keyQueue, a.Queue, b.Queue)
-	case a.QueueWait != b.QueueWait:
-		return differ(keyQueueWait, a.QueueWait, b.QueueWait)
-	case a.MaxConnLifetime != b.MaxConnLifetime:
-		return differ(keyMaxConnLifetime, a.MaxConnLifetime, b.MaxConnLifetime)
-	case a.MaxConnIdleTime != b.MaxConnIdleTime:
-		return differ(keyMaxConnIdleTime, a.MaxConnIdleTime, b.MaxConnIdleTime)
-	case a.QueueOrder != b.QueueOrder:
-		return differ(keyQueueOrder, shownValue(a.QueueOrder), shownValue(b.QueueOrder))
-	case !slices.Equal(a.Workloads, b.Workloads):
-		return differ(keyWorkloads, shownValue(formatWorkloads(a.Workloads)), shownValue(formatWorkloads(b.Workloads)))
-	case a.StatementTimeout != b.StatementTimeout || a.StatementDeadline != b.StatementDeadline:
-		return differ(keyStmtTimeout, formatStatementTimeout(a.StatementTimeout, a.StatementDeadline), formatStatementTimeout(b.StatementTimeout, b.StatementDeadline))
-	case a.LockTimeout != b.LockTimeout:
-		return differ(keyLockTimeout, a.LockTimeout, b.LockTimeout)
-	case a.Pooler != b.Pooler:
-		return differ(keyPooler, shownValue(a.Pooler), shownValue(b.Pooler))
-	}
-	return nil
 }
 
 var errNilConfig = errors.New("gated: NewConnector: nil *Config (use gated.NewConfig or gated.ParseDSN)")
@@ -216,7 +181,8 @@ func (c *Connector) Close() error {
 
 func (c *Connector) isClosed() bool { return c.closed.Load() }
 
-// Config returns a copy of the Connector's configuration, defaults filled in.
+// Config returns a copy of the Connector's configuration, defaults filled in: [None] where none
+// was asked for, and a zero MaxConnLifetimeJitter for its default, a tenth of MaxConnLifetime.
 func (c *Connector) Config() *Config { return c.cfg.Clone() }
 
 // Stats returns a snapshot of the default gate and the physical pool; see [Connector.WorkloadStats]
@@ -229,11 +195,55 @@ func (c *Connector) Stats() Stats {
 	return s
 }
 
+// AllStats yields a snapshot of every gate, the workload's name with its Stats: "default" first,
+// then the workloads of gate_workloads in the order they were given, as [Connector.Workloads]
+// names them. Every Stats carries the same snapshot of the shared physical pool, taken once
+// before the first gate's. Each gate's snapshot is taken when it is yielded, so that a loop that
+// stops early reads no more. Safe for concurrent use; exporters (gatedprom, gatedotel) and the
+// Rejecter read every workload through it.
+func (c *Connector) AllStats() iter.Seq2[string, Stats] {
+	return func(yield func(string, Stats) bool) {
+		var pool PoolStats
+		c.pool.stats(&pool)
+		for _, g := range c.set.gates() {
+			s := Stats{Pool: pool}
+			g.stats(&s)
+			g.wl.stats(&s)
+			if !yield(g.name, s) {
+				return
+			}
+		}
+	}
+}
+
+// Attach attaches o to the Connector from now on, beside [Config.Observer] and any Observer
+// attached before: every event goes to each of them, in the order they were attached (fan-out;
+// attaching one Observer twice makes it see every event twice). It returns the function that
+// detaches o again, which is idempotent. An operation that was already running when o was
+// attached reports its durations measured from then on as 0. Connectors sharing a gate_name
+// share their gates, so o sees the events of them all. Nothing attached costs nothing; with
+// Observers attached an operation allocates nothing more. Safe for concurrent use.
+//
+// This is how gatedprom's and gatedotel's collectors get their histograms from a Connector that
+// sql.Open made from a DSN:
+//
+//	db, err := sql.Open("gated", dsn)
+//	...
+//	c, _ := gated.FromDB(db)
+//	detach := c.Attach(obs)
+//	defer detach()
+func (c *Connector) Attach(o Observer) (detach func()) {
+	if o == nil {
+		return func() {}
+	}
+	return c.obs.attach(o)
+}
+
 // admissionLimit is Σ(B+Q) over all gates: the most operations inside them at once.
 func (c *Connector) admissionLimit() int {
-	n := c.cfg.Concurrent + c.cfg.Queue
+	n := c.cfg.Concurrent + orZero(c.cfg.Queue)
 	for _, w := range c.cfg.Workloads {
-		n += w.Concurrent + w.Queue
+		n += w.Concurrent + orZero(w.Queue)
 	}
 	return n
 }

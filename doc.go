@@ -50,9 +50,8 @@
 //
 //   - "pgx" (pgx v5, the default) and "postgres" (lib/pq), which gated imports: when a context
 //     ends while a statement runs, the driver's cancel request goes to the server and the permit
-//     comes back only once the backend has hung up (at most 15 s). gated dials their sockets and
-//     replays only operations of which no byte was written; a connection the server closed while
-//     it was idle is found by a peek at its socket before the first write, and replaced.
+//     comes back only once the backend has hung up (at most 15 s). gated dials their sockets, and
+//     takes their transaction state from the server (see Calls below).
 //   - "mysql" (go-sql-driver/mysql, which the application imports; gated does not): the driver
 //     only closes its socket when a context ends, and MySQL and MariaDB go on running the
 //     statement, so gated sends KILL QUERY with the connection's id (read with SELECT
@@ -75,9 +74,14 @@
 // [ParseDSN] reads the gate_ keys out of the DSN and passes the rest to the inner driver, in URL
 // form (postgres://...?gate_concurrent=16) or keyword/value form (host=... gate_concurrent=16):
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
-// gate_max_conn_lifetime, gate_max_conn_idle_time, gate_queue_order ([QueueFIFO] or
-// [QueueAdaptive]), gate_workloads, gate_name, gate_statement_timeout and gate_lock_timeout.
-// [ParseDSN] and [Config] document each with its default.
+// gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
+// gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
+// gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
+// each with its default. A [Config] built in code has the same defaults: a zero field means the
+// default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
+// TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
+// [Config.PgxAfterConnect], which run for every physical connection. pgxpool's pool_ keys are
+// refused, naming the gate_ key to use instead.
 //
 // # Workloads
 //
@@ -100,28 +104,62 @@
 //
 // # Errors
 //
-// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells); a context that
+// [ErrAdmissionFull] and [ErrAdmissionTimeout] are refusals ([IsRejected] tells), returned as a
+// [*RejectedError] that names the workload whose gate refused and why; a context that
 // ends before the operation got its permit yields an error wrapping [ErrWaitCanceled] and the
 // context's error. [ErrCommitUnknown] means a COMMIT left the process and no answer came back.
 //
-// gated never runs again anything that may have reached the server: with pgx and lib/pq it
-// counts the bytes written to each connection's socket and replays an operation on another
-// connection only when none of it was written (a connection the server closed while it was idle
-// is found by a peek at the socket before the first write). Errors of the
-// inner driver pass through unchanged, so errors.As(err, &pgErr) keeps working. gated never
-// returns an error wrapping driver.ErrBadConn for its own reasons, so database/sql does not retry
-// a refusal.
+// Errors of the inner driver pass through unchanged, so errors.As(err, &pgErr) keeps working.
+// gated never returns an error wrapping driver.ErrBadConn for its own reasons, so database/sql
+// does not retry a refusal.
+//
+// # Calls: replays, context watches and transaction state
+//
+// Every call into the inner driver (an exec, a query until its rows close, a begin, commit,
+// rollback, prepare or ping) is one call with a lifetime of its own: what guards it and what
+// happened to it end with it, and the next call starts clean.
+//
+// What gated replays: nothing that may have reached the server. With pgx and lib/pq it counts the
+// bytes each call writes to the connection's socket and runs an operation again on another
+// connection only when none of it was written, on a binding that holds no session state yet (a
+// connection the server closed while it was idle is found by a peek at the socket before the
+// first write). With other drivers it trusts driver.ErrBadConn, as database/sql does.
+//
+// When a context watch applies: only while the call it guards runs. pgx watches the context
+// itself. lib/pq cannot interrupt a blocked read or write, so gated watches the context of each
+// lib/pq call and, 100 ms after it ended, cuts the socket's blocking calls short; the watch ends
+// when the call returns, so a context cancelled afterwards (a helper's deferred cancel) does
+// nothing. A query's call lasts until its rows close. Commit and Rollback are calls of their own
+// and run under no context: an earlier statement's context never cuts a COMMIT short. With
+// MySQL, a call that returns with its context ended and its connection given up by the driver
+// marks the connection: when it is destroyed, gated kills the statement first, whatever calls
+// came after on the same binding.
+//
+// How gated learns a connection's transaction state: from the server. pgx reports the status of
+// the last ReadyForQuery (idle, in a transaction, in a failed one); lib/pq records it, and gated
+// reads that record (it works over TLS too, where the socket carries only ciphertext; should a
+// lib/pq version keep it elsewhere, the state is unknown, and gated then sends nothing of its own
+// and destroys every connection instead of reusing it). A connection the server does not report
+// idle is never put back into the pool, and gate_statement_timeout=deadline sends its own SET or
+// RESET only on a session the server reported idle: never inside a transaction the application
+// began itself (BEGIN on a pinned *sql.Conn). For other drivers, which report nothing, gated
+// knows only the transactions begun through BeginTx, as database/sql does.
 //
 // # Observability
 //
 // [Connector.Stats] reports running and waiting operations, refusals, wait time and the physical
-// pool; [FromDB] finds the Connector behind a *sql.DB.
+// pool; [Connector.AllStats] yields every workload's gate; [FromDB] finds the Connector behind a
+// *sql.DB. The pool's counters say whose fault a failure was: an attempt cut short by the
+// caller's own context or deadline is ConnectCanceled, never ConnectErrors or ClosedDeadIdle.
 //
-// For distributions and events, set [Config.Observer]: an [Observer] receives every wait,
-// connect, hold and statement duration and every refusal, timeout and connection event, with no
-// cost when none is attached and no allocation per operation when one is. The modules gatedprom
-// (Prometheus) and gatedotel (OpenTelemetry) provide one. [Config.Logger] logs connection
-// failures, unknown commits and refusals summarized at most once per second per workload.
+// For distributions and events, attach an [Observer] ([Connector.Attach], or [Config.Observer]
+// before the Connector is made): it receives every wait, connect, hold and statement duration
+// and every refusal, timeout and connection event, with the operation's context, with no cost
+// when none is attached and no allocation per operation when one is. The modules gatedprom
+// (Prometheus) and gatedotel (OpenTelemetry, metrics and span events) attach theirs, so a
+// Connector that sql.Open made from a DSN exports everything. [Config.Logger] logs only what an
+// operator must act on: connection failures of the server or the network, unknown commits and
+// refusals summarized at most once per second per workload.
 //
 // # Caveats
 //

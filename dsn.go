@@ -3,179 +3,19 @@ package gated
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
-
-// Config configures a [Connector]. Build one with [ParseDSN] or [NewConfig] and adjust its fields;
-// [NewConnector] copies it, so later changes do not affect a connector already made.
-//
-// A Config built as a literal gets different defaults from one built by NewConfig: a zero Queue,
-// QueueWait, MaxConnLifetime or MaxConnIdleTime is taken literally (no queue, try once, no limit,
-// no limit); a zero MaxConns becomes the larger of 10 and Concurrent, and a zero Concurrent
-// becomes MaxConns.
-type Config struct {
-	// Driver is the inner database/sql driver name (gate_driver): "pgx" (default), "postgres"
-	// (lib/pq) or any registered driver.
-	Driver string
-	// DSN is the inner driver's data source name, without any gate_ key.
-	DSN string
-	// MaxConns is P, the most physical connections open at once (gate_max_conns, default 10, or
-	// Concurrent when that is larger and gate_max_conns is not given).
-	MaxConns int
-	// Concurrent is B, the execution permits (gate_concurrent, default MaxConns).
-	Concurrent int
-	// Queue is Q, the admission permits beyond B (gate_queue, default Concurrent).
-	Queue int
-	// QueueWait is the longest an admitted operation waits for an execution permit
-	// (gate_queue_wait, default 1s). Zero means try once without waiting.
-	QueueWait time.Duration
-	// MaxConnLifetime closes physical connections older than this when they are next idle
-	// (gate_max_conn_lifetime, default 1h). Zero means no limit.
-	MaxConnLifetime time.Duration
-	// MaxConnIdleTime closes physical connections idle for longer than this
-	// (gate_max_conn_idle_time, default 30m). Zero means no limit.
-	MaxConnIdleTime time.Duration
-	// QueueOrder is how waiters are served (gate_queue_order): QueueFIFO (default, also "") or
-	// QueueAdaptive. See [QueueAdaptive].
-	QueueOrder string
-
-	// Observer, when not nil, receives every measurement as it happens (see [Observer]); set it
-	// in code, there is no DSN key. Nil (the default) costs nothing; an Observer attached costs
-	// a few clock readings per operation and no allocation.
-	Observer Observer
-	// Logger, when not nil, receives connection failures (at most one line per second,
-	// counting the others), every commit whose outcome is unknown, and refusals summarized at
-	// most once per second per workload, never a line per refused call. Set it in code; nil
-	// (the default) logs nothing.
-	Logger *slog.Logger
-	// Workloads are the named gates beside the default one (gate_workloads, default none),
-	// chosen per operation with [WithWorkload]. Each has budgets of its own; all share the
-	// physical pool, so the B of the default gate and of every workload add up to at most
-	// MaxConns. A zero Concurrent of the default gate becomes MaxConns minus the workloads' B.
-	Workloads []Workload
-	// Name is gate_name (default none): the Connectors of this process made with the same
-	// non-empty Name share one set of gates and one physical pool, and must have equal
-	// configurations. With pgx and lib/pq it is also the application_name of the physical
-	// connections when the DSN sets none.
-	Name string
-	// StatementTimeout is the server-side limit on each statement (gate_statement_timeout): with
-	// StatementDeadline false, a fixed limit (zero: none, "off"); with StatementDeadline true,
-	// the cap on the context's remaining time, or the limit when the context has no deadline
-	// (zero: no cap). See [ParseDSN] for the DSN spelling. PostgreSQL drivers only.
-	StatementTimeout time.Duration
-	// StatementDeadline makes the server-side limit follow the context's deadline
-	// (gate_statement_timeout=deadline or deadline:<dur>).
-	StatementDeadline bool
-	// LockTimeout is the server's lock_timeout for gated's operations (gate_lock_timeout,
-	// default zero: "off", the server's own setting). PostgreSQL drivers only.
-	LockTimeout time.Duration
-	// Pooler is gate_pooler: "" (none, the default) or [PoolerTransaction] when the DSN points
-	// at a pooler in transaction mode (PgBouncer's pool_mode=transaction). PostgreSQL drivers
-	// only.
-	Pooler string
-}
-
-// PoolerTransaction is gate_pooler=transaction ([Config.Pooler]): the server is reached through a
-// pooler that gives each transaction, and each statement outside one, whichever server
-// connection is free (PgBouncer in transaction mode). Nothing may then depend on the session
-// outliving a transaction: gated prepares no statement on the server (a db.Prepare'd statement is
-// sent as an unprepared query at each use, except lib/pq's COPY, which only runs prepared, inside
-// a transaction), sets no session value (gate_statement_timeout=deadline applies in transactions
-// only, with SET LOCAL) and sends no startup parameter of its own (a fixed gate_statement_timeout
-// or gate_lock_timeout is an error: set them on the role). The inner driver must use no named
-// statements either: pgx needs default_query_exec_mode=exec or simple_protocol, lib/pq
-// binary_parameters=yes — NewConnector says so when the DSN lacks it.
-const PoolerTransaction = "transaction"
-
-// The values of gate_queue_order ([Config.QueueOrder]).
-const (
-	// QueueFIFO serves waiters in arrival order, each waiting at most gate_queue_wait.
-	QueueFIFO = "fifo"
-	// QueueAdaptive serves in arrival order while the queue keeps emptying. Once it has stayed
-	// non-empty for 100 ms (a standing queue: the gate is overloaded) it serves the newest waiter
-	// first, which still has most of its deadline left, and refuses with ErrAdmissionTimeout the
-	// waiters that have waited more than 5 ms, rather than serving them after their callers gave
-	// up (adaptive LIFO with a CoDel-style bound, as in Facebook's "Fail at Scale"). It matters
-	// when Q is large compared with B; see BENCHMARKS.md.
-	QueueAdaptive = "adaptive"
-)
-
-// Defaults of the DSN keys, as [NewConfig] and [ParseDSN] apply them.
-const (
-	defaultDriver          = "pgx"
-	defaultMaxConns        = 10
-	defaultQueueWait       = time.Second
-	defaultMaxConnLifetime = time.Hour
-	defaultMaxConnIdleTime = 30 * time.Minute
-)
-
-// The DSN keys gated reads. Every key with gatePrefix belongs to gated, so a misspelt one is an
-// error instead of a parameter silently forwarded to the database server.
-const (
-	gatePrefix         = "gate_"
-	keyDriver          = "gate_driver"
-	keyMaxConns        = "gate_max_conns"
-	keyConcurrent      = "gate_concurrent"
-	keyQueue           = "gate_queue"
-	keyQueueWait       = "gate_queue_wait"
-	keyMaxConnLifetime = "gate_max_conn_lifetime"
-	keyMaxConnIdleTime = "gate_max_conn_idle_time"
-	keyQueueOrder      = "gate_queue_order"
-	keyWorkloads       = "gate_workloads"
-	keyName            = "gate_name"
-	keyStmtTimeout     = "gate_statement_timeout"
-	keyLockTimeout     = "gate_lock_timeout"
-	keyPooler          = "gate_pooler"
-)
-
-// gateKeys lists the keys in the order FormatDSN writes them.
-var gateKeys = [...]string{
-	keyDriver, keyMaxConns, keyConcurrent, keyQueue, keyQueueWait, keyMaxConnLifetime, keyMaxConnIdleTime,
-	keyQueueOrder, keyWorkloads, keyName, keyStmtTimeout, keyLockTimeout, keyPooler,
-}
 
 var (
-	errEmptyDriver  = errors.New("empty driver name")
-	errSelfDriver   = errors.New(`"` + DriverName + `" would wrap gated in itself`)
 	errRepeatedKey  = errors.New("key given more than once")
-	errUnknownKey   = errors.New("unknown key (known: " + strings.Join(gateKeys[:], ", ") + ")")
 	errMissingValue = errors.New(`missing "=" and value`)
 	errUnterminated = errors.New("unterminated quoted value")
 	errBackslashEnd = errors.New("value ends with a lone backslash")
 	errStrandedKey  = errors.New("cannot be taken out: what is left for the inner driver would still hold it")
-	errInnerGateKey = errors.New("would stay in the inner driver's DSN (Config.DSN); ParseDSN moves gate_ keys into the Config fields")
+	errStrandedForm = errors.New("cannot be taken out: what is left for the inner driver would be a keyword/value DSN that cannot be read")
 )
-
-// NewConfig returns a Config with the defaults a DSN without gate_ keys gets: Driver "pgx",
-// MaxConns 10, Concurrent 10, Queue 10, QueueWait 1s, MaxConnLifetime 1h, MaxConnIdleTime 30m and
-// an empty DSN. These differ from the zero-value defaults of a Config literal (see [Config]).
-func NewConfig() *Config {
-	return &Config{
-		Driver:          defaultDriver,
-		MaxConns:        defaultMaxConns,
-		Concurrent:      defaultMaxConns,
-		Queue:           defaultMaxConns,
-		QueueWait:       defaultQueueWait,
-		MaxConnLifetime: defaultMaxConnLifetime,
-		MaxConnIdleTime: defaultMaxConnIdleTime,
-	}
-}
-
-// Clone returns a copy of c, or nil when c is nil. The copy shares c's Observer and Logger, which
-// are meant to be shared, and nothing else.
-func (c *Config) Clone() *Config {
-	if c == nil {
-		return nil
-	}
-	cp := *c
-	cp.Workloads = slices.Clone(c.Workloads)
-	return &cp
-}
 
 // ParseDSN reads the gate_ keys out of dsn and returns a Config whose DSN field is the rest of
 // dsn, for the inner driver, with every other byte unchanged. The keys, all optional:
@@ -185,11 +25,15 @@ func (c *Config) Clone() *Config {
 //   - gate_max_conns: P, physical connections, an integer ≥ 1 (default 10).
 //   - gate_concurrent: B, execution permits, an integer from 1 to gate_max_conns (default
 //     gate_max_conns).
-//   - gate_queue: Q, admission permits beyond B, an integer ≥ 0 (default gate_concurrent).
+//   - gate_queue: Q, admission permits beyond B, an integer ≥ 0 (default gate_concurrent; 0
+//     means no queue).
 //   - gate_queue_wait: longest wait for an execution permit, a Go duration ≥ 0 such as 250ms
 //     (default 1s; 0 means try once).
 //   - gate_max_conn_lifetime, gate_max_conn_idle_time: Go durations ≥ 0 (defaults 1h and 30m;
 //     0 means no limit).
+//   - gate_max_conn_lifetime_jitter: a Go duration ≥ 0; each physical connection lives
+//     gate_max_conn_lifetime plus a random part of it (default a tenth of
+//     gate_max_conn_lifetime; 0 means none). See [Config.MaxConnLifetimeJitter].
 //   - gate_queue_order: "fifo" (default) or "adaptive" ([QueueAdaptive]).
 //   - gate_workloads: named gates beside the default one, "name:B[:Q[:wait]],..." (default
 //     none; Q defaults to B, wait to gate_queue_wait; see [Workload]). With workloads,
@@ -219,17 +63,30 @@ func (c *Config) Clone() *Config {
 //
 // Any other dsn (":memory:", "") has no gate_ keys and passes through unchanged.
 //
-// Every error is a *[DSNError] naming the gate_ key at fault, or with an empty Key when the
+// Where a key's 0 means "none" (gate_queue, gate_queue_wait, the connection lifetimes), the
+// Config gets [None] for it, since a zero field means the default: the Config ParseDSN returns,
+// a literal with the same fields and the DSN [Config.FormatDSN] writes all give the same gate.
+// pgxpool's pool_ keys (pool_max_conns, ...) are refused with gate_driver pgx, postgres and
+// mysql, naming the gate_ key to use instead: the inner driver would send them to the server as
+// settings, which fails the first connection.
+//
+// Every error is a *[DSNError] naming the gate_ (or pool_) key at fault, or with an empty Key when the
 // keyword/value syntax itself is broken; its message holds at most that key and its value, never
 // the rest of dsn. An unknown or repeated gate_ key is an error. ParseDSN returns a nil Config
 // with any error. It is safe for concurrent use.
 func ParseDSN(dsn string) (*Config, error) {
-	inner, params, err := splitGateParams(dsn)
+	inner, params, err := splitParams(dsn, isGateKey)
 	if err != nil {
 		return nil, err
 	}
-	c := NewConfig()
-	c.DSN = inner
+	if len(params) > 0 && dsnFormOf(inner) == formKV && dsnFormOf(dsn) != formKV {
+		// Taking the keys out changed the form of what is left ("0='?gate_queue=0" leaves the
+		// keyword/value "0='"): it must still read as a DSN of its new form.
+		if _, _, err := splitParams(inner, isGateKey); err != nil {
+			return nil, &DSNError{Key: params[0].key, Err: errStrandedForm}
+		}
+	}
+	c := &Config{DSN: inner}
 	seen := make(map[string]bool, len(params))
 	for _, p := range params {
 		if lower := strings.ToLower(p.key); lower != p.key {
@@ -243,22 +100,7 @@ func ParseDSN(dsn string) (*Config, error) {
 			return nil, &DSNError{Key: p.key, Err: err}
 		}
 	}
-	// The defaults chain, each only once the keys it follows are final: a workload's wait
-	// follows gate_queue_wait; gate_concurrent follows gate_max_conns less the workloads' B;
-	// gate_max_conns not given grows to the B asked for (gate_concurrent=16 alone asks for 16
-	// running operations, as B ≤ P requires), which normalize does for zero fields; gate_queue
-	// follows the final gate_concurrent.
-	for i := range c.Workloads {
-		if c.Workloads[i].QueueWait < 0 {
-			c.Workloads[i].QueueWait = c.QueueWait
-		}
-	}
-	if !seen[keyMaxConns] {
-		c.MaxConns = 0
-	}
-	if !seen[keyConcurrent] {
-		c.Concurrent = 0
-	}
+	// The keys not given are zero fields, which normalize defaults as for a Config literal.
 	if err := c.normalize(); err != nil {
 		// Taking keys out can change the form of what is left ("gate_queue=1 x?gate_queue_wait=1s"
 		// leaves a query); normalize's advice to use ParseDSN would not help here.
@@ -267,247 +109,26 @@ func ParseDSN(dsn string) (*Config, error) {
 		}
 		return nil, err
 	}
-	if !seen[keyQueue] {
-		c.Queue = c.Concurrent
-	}
 	return c, nil
 }
 
-// set stores the value of one DSN key in c. Zero counts are refused here although normalize
-// would default them: a DSN that says gate_max_conns=0 means something, and it is not 10.
-func (c *Config) set(key, value string) error {
-	var err error
-	switch key {
-	case keyDriver:
-		switch value {
-		case "":
-			return errEmptyDriver
-		case DriverName:
-			return errSelfDriver
-		}
-		c.Driver = value
-	case keyMaxConns:
-		c.MaxConns, err = parseCount(value, 1)
-	case keyConcurrent:
-		c.Concurrent, err = parseCount(value, 1)
-	case keyQueue:
-		c.Queue, err = parseCount(value, 0)
-	case keyQueueWait:
-		c.QueueWait, err = parseDuration(value)
-	case keyMaxConnLifetime:
-		c.MaxConnLifetime, err = parseDuration(value)
-	case keyMaxConnIdleTime:
-		c.MaxConnIdleTime, err = parseDuration(value)
-	case keyQueueOrder:
-		if value != QueueFIFO && value != QueueAdaptive {
-			return fmt.Errorf("invalid value %s: want %q or %q", shownValue(value), QueueFIFO, QueueAdaptive)
-		}
-		c.QueueOrder = value
-		if value == QueueFIFO {
-			c.QueueOrder = "" // the default, so that Parse → Format → Parse is stable
-		}
-	case keyWorkloads:
-		c.Workloads, err = parseWorkloads(value)
-	case keyName:
-		if value == "" {
-			return errors.New("empty name")
-		}
-		c.Name = value
-	case keyStmtTimeout:
-		c.StatementTimeout, c.StatementDeadline, err = parseStatementTimeout(value)
-	case keyLockTimeout:
-		c.LockTimeout, err = parseTimeout(value)
-	case keyPooler:
-		switch value {
-		case "none":
-			c.Pooler = "" // the default, so that Parse → Format → Parse is stable
-		case PoolerTransaction:
-			c.Pooler = value
-		default:
-			return fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(value), PoolerTransaction)
-		}
-	default:
-		return errUnknownKey
-	}
-	return err
-}
-
-func parseCount(value string, least int) (int, error) {
-	n, err := strconv.Atoi(value)
-	if err != nil {
-		// strconv's own error would repeat the value; keep only its reason.
-		var ne *strconv.NumError
-		if errors.As(err, &ne) {
-			err = ne.Err
-		}
-		return 0, fmt.Errorf("invalid value %s: want an integer >= %d: %w", shownValue(value), least, err)
-	}
-	if n < least {
-		return 0, fmt.Errorf("invalid value %s: want an integer >= %d", shownValue(value), least)
-	}
-	return n, nil
-}
-
-func parseDuration(value string) (time.Duration, error) {
-	d, err := time.ParseDuration(value)
-	if err != nil {
-		return 0, fmt.Errorf("invalid value %s: want a Go duration such as 250ms or 2m", shownValue(value))
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("invalid value %s: want a duration >= 0", shownValue(value))
-	}
-	return d, nil
-}
-
-// normalize gives the zero fields of a code-built Config their defaults (Driver "pgx", MaxConns
-// 10, Concurrent MaxConns) and validates every field, naming the DSN key of a bad one in a
-// *DSNError. Queue, QueueWait and the lifetimes are taken literally. On error c is unchanged, so
-// a caller may report the fields as they were given.
-func (c *Config) normalize() error {
-	driver, maxConns, concurrent := c.Driver, c.MaxConns, c.Concurrent
-	wB, err := checkWorkloads(c.Workloads)
-	if err != nil {
-		return err
-	}
-	if driver == "" {
-		driver = defaultDriver
-	}
-	if driver == DriverName {
-		return &DSNError{Key: keyDriver, Err: errSelfDriver}
-	}
-	switch {
-	case maxConns < 0:
-		return &DSNError{Key: keyMaxConns, Err: fmt.Errorf("%d is negative", maxConns)}
-	case maxConns == 0:
-		maxConns = max(defaultMaxConns, concurrent+wB)
-	}
-	switch {
-	case concurrent < 0:
-		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is negative", concurrent)}
-	case concurrent == 0 && wB >= maxConns:
-		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the workloads' B add up to %d, leaving no execution permit of gate_max_conns (%d) for the default workload", wB, maxConns)}
-	case concurrent == 0:
-		concurrent = maxConns - wB
-	case wB > 0 && concurrent+wB > maxConns:
-		// Σ B > P would make operations wait for a physical connection, the wait the gates
-		// exist to replace.
-		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the B of all workloads add up to %d (%s), more than gate_max_conns (%d)", concurrent+wB, sumOfB(concurrent, c.Workloads), maxConns)}
-	case concurrent > maxConns:
-		// B > P would make operations wait for a physical connection, the wait the gate exists
-		// to replace.
-		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is more than gate_max_conns (%d)", concurrent, maxConns)}
-	}
-	if c.Queue < 0 {
-		return &DSNError{Key: keyQueue, Err: fmt.Errorf("%d is negative", c.Queue)}
-	}
-	if c.QueueOrder != "" && c.QueueOrder != QueueFIFO && c.QueueOrder != QueueAdaptive {
-		return &DSNError{Key: keyQueueOrder, Err: fmt.Errorf("invalid value %s: want %q or %q", shownValue(c.QueueOrder), QueueFIFO, QueueAdaptive)}
-	}
-	for _, d := range [...]struct {
-		key string
-		d   time.Duration
-	}{{keyQueueWait, c.QueueWait}, {keyMaxConnLifetime, c.MaxConnLifetime}, {keyMaxConnIdleTime, c.MaxConnIdleTime},
-		{keyStmtTimeout, c.StatementTimeout}, {keyLockTimeout, c.LockTimeout}} {
-		if d.d < 0 {
-			return &DSNError{Key: d.key, Err: fmt.Errorf("%v is negative", d.d)}
-		}
-	}
-	if (c.StatementTimeout > 0 || c.StatementDeadline || c.LockTimeout > 0) && driver != "pgx" && driver != "postgres" {
-		key := keyLockTimeout
-		if c.StatementTimeout > 0 || c.StatementDeadline {
-			key = keyStmtTimeout
-		}
-		return &DSNError{Key: key, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(driver))}
-	}
-	switch {
-	case c.Pooler != "" && c.Pooler != PoolerTransaction:
-		return &DSNError{Key: keyPooler, Err: fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(c.Pooler), PoolerTransaction)}
-	case c.Pooler != "" && driver != "pgx" && driver != "postgres":
-		return &DSNError{Key: keyPooler, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(driver))}
-	case c.Pooler != "" && (c.LockTimeout > 0 || c.StatementTimeout > 0):
-		key := keyLockTimeout
-		if c.StatementTimeout > 0 {
-			key = keyStmtTimeout
-		}
-		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
-	}
-	// A gate_ key left in a code-built DSN would reach the inner driver, which forwards unknown
-	// keys to the server as settings and fails on the first connection, far from the mistake.
-	// A DSN the inner driver cannot read is left for that driver to report.
-	_, params, err := splitGateParams(c.DSN)
-	if len(params) > 0 {
-		return &DSNError{Key: params[0].key, Err: errInnerGateKey}
-	}
-	var de *DSNError
-	if errors.As(err, &de) && de.Key != "" {
-		return &DSNError{Key: de.Key, Err: errInnerGateKey}
-	}
-	c.Driver, c.MaxConns, c.Concurrent = driver, maxConns, concurrent
-	return nil
-}
-
 // FormatDSN returns c.DSN with c's gate_ keys added, in a DSN that [ParseDSN] turns back into a
-// Config equal to c (for a c that [NewConnector] accepts). It writes only the keys whose value
-// differs from what ParseDSN would default it to, in a fixed order, and gives zero Driver,
-// MaxConns and Concurrent the defaults NewConnector gives them. The keys go in front of a
-// keyword/value or empty c.DSN ("gate_concurrent=4 host=db") and into the query of any other
-// ("postgres://db/app?sslmode=require&gate_concurrent=4"). FormatDSN does not validate c and does
-// not change it.
+// Config equal to c once normalized (for a c that [NewConnector] accepts): the same gate. It
+// writes only the keys whose value differs from what ParseDSN would default it to, in a fixed
+// order, after filling in the defaults of c's zero fields as NewConnector does; a None is written
+// 0. The keys go in front of a keyword/value or empty c.DSN ("gate_concurrent=4 host=db") and
+// into the query of any other ("postgres://db/app?sslmode=require&gate_concurrent=4"). Observer,
+// Logger and the pgx hooks have no key and are not written. FormatDSN does not validate c and
+// does not change it.
 func (c *Config) FormatDSN() string {
-	driver, maxConns, concurrent := c.Driver, c.MaxConns, c.Concurrent
-	if driver == "" {
-		driver = defaultDriver
-	}
-	if maxConns == 0 {
-		maxConns = defaultMaxConns
-	}
-	wB := 0
-	for _, w := range c.Workloads {
-		wB += w.Concurrent
-	}
-	if concurrent == 0 {
-		concurrent = maxConns - wB
-	}
-	var buf [len(gateKeys)]gateParam
+	d := c.Clone()
+	d.fillDefaults()
+	var buf [len(dsnKeys)]gateParam
 	params := buf[:0]
-	if driver != defaultDriver {
-		params = append(params, gateParam{keyDriver, driver})
-	}
-	if maxConns != defaultMaxConns {
-		params = append(params, gateParam{keyMaxConns, strconv.Itoa(maxConns)})
-	}
-	if concurrent != maxConns-wB {
-		params = append(params, gateParam{keyConcurrent, strconv.Itoa(concurrent)})
-	}
-	if c.Queue != concurrent {
-		params = append(params, gateParam{keyQueue, strconv.Itoa(c.Queue)})
-	}
-	if c.QueueWait != defaultQueueWait {
-		params = append(params, gateParam{keyQueueWait, c.QueueWait.String()})
-	}
-	if c.MaxConnLifetime != defaultMaxConnLifetime {
-		params = append(params, gateParam{keyMaxConnLifetime, c.MaxConnLifetime.String()})
-	}
-	if c.MaxConnIdleTime != defaultMaxConnIdleTime {
-		params = append(params, gateParam{keyMaxConnIdleTime, c.MaxConnIdleTime.String()})
-	}
-	if c.QueueOrder == QueueAdaptive {
-		params = append(params, gateParam{keyQueueOrder, c.QueueOrder})
-	}
-	if len(c.Workloads) > 0 {
-		params = append(params, gateParam{keyWorkloads, formatWorkloads(c.Workloads)})
-	}
-	if c.Name != "" {
-		params = append(params, gateParam{keyName, c.Name})
-	}
-	if c.StatementTimeout > 0 || c.StatementDeadline {
-		params = append(params, gateParam{keyStmtTimeout, formatStatementTimeout(c.StatementTimeout, c.StatementDeadline)})
-	}
-	if c.LockTimeout > 0 {
-		params = append(params, gateParam{keyLockTimeout, c.LockTimeout.String()})
-	}
-	if c.Pooler != "" {
-		params = append(params, gateParam{keyPooler, c.Pooler})
+	for _, k := range dsnKeys {
+		if v, isDefault := k.get(d); !isDefault {
+			params = append(params, gateParam{k.name, v})
+		}
 	}
 	if len(params) == 0 {
 		return c.DSN
@@ -590,13 +211,14 @@ func startsWithKeyword(s string) bool {
 	return i < len(s) && s[i] == '='
 }
 
-// splitGateParams returns dsn without its gate_ keys, and those keys in the order given.
-func splitGateParams(dsn string) (inner string, params []gateParam, err error) {
+// splitParams returns dsn without the keys for which ours reports true (isGateKey: gated's
+// own), and those keys in the order given.
+func splitParams(dsn string, ours func(key string) bool) (inner string, params []gateParam, err error) {
 	switch dsnFormOf(dsn) {
 	case formKV:
-		return splitKV(dsn)
+		return splitKV(dsn, ours)
 	case formQuery:
-		return splitQuery(dsn)
+		return splitQuery(dsn, ours)
 	}
 	return dsn, nil, nil
 }
@@ -631,9 +253,9 @@ func queryBounds(dsn string) (q, frag int) {
 	return j, len(dsn)
 }
 
-// splitQuery is splitGateParams for the query form. The other parameters stay exactly as
+// splitQuery is splitParams for the query form. The other parameters stay exactly as
 // written, percent-encoding included, because each inner driver decodes its DSN its own way.
-func splitQuery(dsn string) (string, []gateParam, error) {
+func splitQuery(dsn string, ours func(string) bool) (string, []gateParam, error) {
 	q, frag := queryBounds(dsn)
 	if q < 0 {
 		return dsn, nil, nil
@@ -644,13 +266,13 @@ func splitQuery(dsn string) (string, []gateParam, error) {
 		rawKey, rawValue, _ := strings.Cut(part, "=")
 		key, err := url.QueryUnescape(rawKey)
 		if err != nil {
-			if isGateKey(rawKey) {
+			if ours(rawKey) {
 				return "", nil, &DSNError{Key: rawKey, Err: fmt.Errorf("bad percent-encoding in key: %w", err)}
 			}
 			kept = append(kept, part) // not ours to judge
 			continue
 		}
-		if !isGateKey(key) {
+		if !ours(key) {
 			kept = append(kept, part)
 			continue
 		}
@@ -674,12 +296,12 @@ func splitQuery(dsn string) (string, []gateParam, error) {
 	return b.String(), params, nil
 }
 
-// splitKV is splitGateParams for the keyword/value form. It follows libpq's tokenizer: a key
+// splitKV is splitParams for the keyword/value form. It follows libpq's tokenizer: a key
 // runs to whitespace or '=', spaces may surround '=', an empty value takes the next word (as in
 // libpq), a quoted value ends at its closing quote and an unquoted one at whitespace, with a
 // backslash escaping the next byte in both. A word without '=' is left for the inner driver to
 // reject unless it is a gate_ key. Each gate_ pair is cut out with one adjacent whitespace byte.
-func splitKV(dsn string) (string, []gateParam, error) {
+func splitKV(dsn string, ours func(string) bool) (string, []gateParam, error) {
 	var params []gateParam
 	var cuts [][2]int
 	n := len(dsn)
@@ -689,7 +311,7 @@ func splitKV(dsn string) (string, []gateParam, error) {
 			i++
 		}
 		key := dsn[start:i]
-		gate := isGateKey(key)
+		gate := ours(key)
 		eq := skipSpace(dsn, i)
 		if eq == n || dsn[eq] != '=' {
 			if gate {

@@ -41,8 +41,8 @@ var validDSNTests = []struct {
 			"&application_name=web&gate_concurrent=8&gate_queue=0&gate_queue_wait=250ms" +
 			"&gate_max_conn_lifetime=0s&gate_max_conn_idle_time=5m",
 		Config{Driver: "postgres", DSN: "postgresql://app:pw@db.example.com/shop?sslmode=require&application_name=web",
-			MaxConns: 20, Concurrent: 8, Queue: 0, QueueWait: 250 * time.Millisecond,
-			MaxConnLifetime: 0, MaxConnIdleTime: 5 * time.Minute}},
+			MaxConns: 20, Concurrent: 8, Queue: None, QueueWait: 250 * time.Millisecond,
+			MaxConnLifetime: None, MaxConnIdleTime: 5 * time.Minute}},
 	{"concurrent above the default max_conns raises max_conns",
 		"postgres://db/shop?sslmode=disable&gate_concurrent=16&gate_queue=8",
 		cfgWith("postgres://db/shop?sslmode=disable", func(c *Config) {
@@ -54,7 +54,7 @@ var validDSNTests = []struct {
 	{"workloads take their B from the default's", "postgres://db/shop?gate_workloads=batch:2,report:1:0:50ms&gate_queue_wait=20ms",
 		cfgWith("postgres://db/shop", func(c *Config) {
 			c.Concurrent, c.Queue, c.QueueWait = 7, 7, 20*time.Millisecond
-			c.Workloads = []Workload{{"batch", 2, 2, 20 * time.Millisecond}, {"report", 1, 0, 50 * time.Millisecond}}
+			c.Workloads = []Workload{{"batch", 2, 2, 20 * time.Millisecond}, {"report", 1, None, 50 * time.Millisecond}}
 		})},
 	{"workloads raise max_conns under a set concurrent", "gate_concurrent=10 gate_workloads=batch:4:8 host=db",
 		cfgWith("host=db", func(c *Config) {
@@ -144,8 +144,8 @@ var validDSNTests = []struct {
 		cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue = 4, 4, 4 })},
 	{"queue follows explicit concurrent", "?gate_max_conns=20&gate_concurrent=5",
 		cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue = 20, 5, 5 })},
-	{"zero queue and durations are literal", "gate_queue=0 gate_queue_wait=0 gate_max_conn_lifetime=0s gate_max_conn_idle_time=0h",
-		cfgWith("", func(c *Config) { c.Queue, c.QueueWait, c.MaxConnLifetime, c.MaxConnIdleTime = 0, 0, 0, 0 })},
+	{"zero queue and durations mean none", "gate_queue=0 gate_queue_wait=0 gate_max_conn_lifetime=0s gate_max_conn_idle_time=0h",
+		cfgWith("", func(c *Config) { c.Queue, c.QueueWait, c.MaxConnLifetime, c.MaxConnIdleTime = None, None, None, None })},
 	{"compound duration", "?gate_queue_wait=1m30s",
 		cfgWith("", func(c *Config) { c.QueueWait = 90 * time.Second })},
 }
@@ -294,21 +294,21 @@ func TestNormalizeDefaultsZeroFieldsOfCodeBuiltConfig(t *testing.T) {
 		in   Config
 		want Config
 	}{
-		{"zero Config", Config{},
-			Config{Driver: "pgx", MaxConns: 10, Concurrent: 10}},
+		{"zero Config", Config{}, *NewConfig()},
 		{"concurrent follows max_conns", Config{MaxConns: 4},
-			Config{Driver: "pgx", MaxConns: 4, Concurrent: 4}},
+			cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue = 4, 4, 4 })},
 		{"max_conns defaults under a set concurrent", Config{Concurrent: 3},
-			Config{Driver: "pgx", MaxConns: 10, Concurrent: 3}},
+			cfgWith("", func(c *Config) { c.Concurrent, c.Queue = 3, 3 })},
 		{"max_conns follows a concurrent above its default", Config{Concurrent: 20},
-			Config{Driver: "pgx", MaxConns: 20, Concurrent: 20}},
-		{"zero queue and durations stay zero", Config{Driver: "postgres", DSN: "host=db", MaxConns: 2, Concurrent: 2},
-			Config{Driver: "postgres", DSN: "host=db", MaxConns: 2, Concurrent: 2}},
+			cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue = 20, 20, 20 })},
+		{"zero queue and durations get the DSN defaults", Config{Driver: "postgres", DSN: "host=db", MaxConns: 2, Concurrent: 2},
+			cfgWith("host=db", func(c *Config) { c.Driver, c.MaxConns, c.Concurrent, c.Queue = "postgres", 2, 2, 2 })},
+		{"None queue and durations stay none", Config{MaxConns: 2, Queue: None, QueueWait: None, MaxConnLifetime: None, MaxConnIdleTime: None},
+			Config{Driver: "pgx", MaxConns: 2, Concurrent: 2, Queue: None, QueueWait: None, MaxConnLifetime: None, MaxConnIdleTime: None}},
 		{"NewConfig unchanged", *NewConfig(), *NewConfig()},
 		{"concurrent equal to max_conns", Config{MaxConns: 5, Concurrent: 5, Queue: 7, QueueWait: time.Millisecond},
-			Config{Driver: "pgx", MaxConns: 5, Concurrent: 5, Queue: 7, QueueWait: time.Millisecond}},
-		{"unreadable inner DSN left for the inner driver", Config{DSN: "password='x"},
-			Config{Driver: "pgx", DSN: "password='x", MaxConns: 10, Concurrent: 10}},
+			cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue, c.QueueWait = 5, 5, 7, time.Millisecond })},
+		{"unreadable inner DSN left for the inner driver", Config{DSN: "password='x"}, cfgWith("password='x", nil)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,10 +333,10 @@ func TestNormalizeRejectsInvalidConfigUnchanged(t *testing.T) {
 		{"negative max_conns", Config{MaxConns: -1}, keyMaxConns},
 		{"negative concurrent", Config{Concurrent: -1}, keyConcurrent},
 		{"concurrent above max_conns", Config{MaxConns: 10, Concurrent: 11}, keyConcurrent},
-		{"negative queue", Config{Queue: -1}, keyQueue},
+		{"negative queue", Config{Queue: -2}, keyQueue},
 		{"negative queue_wait", Config{QueueWait: -time.Second}, keyQueueWait},
-		{"negative lifetime", Config{MaxConnLifetime: -1}, keyMaxConnLifetime},
-		{"negative idle time", Config{MaxConnIdleTime: -1}, keyMaxConnIdleTime},
+		{"negative lifetime", Config{MaxConnLifetime: -time.Hour}, keyMaxConnLifetime},
+		{"negative idle time", Config{MaxConnIdleTime: -2}, keyMaxConnIdleTime},
 		{"unknown queue order", Config{QueueOrder: "lifo"}, keyQueueOrder},
 		{"gate key left in keyword/value DSN", Config{DSN: "host=db password=" + testPassword + " gate_queue=2"}, keyQueue},
 		{"gate key left in URL", Config{DSN: "postgres://u:" + testPassword + "@db/shop?gate_concurrent=2"}, keyConcurrent},
@@ -374,9 +374,9 @@ func TestFormatDSNWritesOnlyNonDefaults(t *testing.T) {
 			"gate_concurrent=4 host=db password="},
 		{"URL appends to query", cfgWith("postgres://db/shop?sslmode=disable", func(c *Config) { c.Queue = 2 }),
 			"postgres://db/shop?sslmode=disable&gate_queue=2"},
-		{"URL with fragment and no query", cfgWith("postgres://db/shop#f", func(c *Config) { c.Queue = 0 }),
+		{"URL with fragment and no query", cfgWith("postgres://db/shop#f", func(c *Config) { c.Queue = None }),
 			"postgres://db/shop?gate_queue=0#f"},
-		{"URL with empty query", cfgWith("postgres://db/shop?", func(c *Config) { c.Queue = 0 }),
+		{"URL with empty query", cfgWith("postgres://db/shop?", func(c *Config) { c.Queue = None }),
 			"postgres://db/shop?&gate_queue=0"},
 		{"plain inner DSN gets a query", cfgWith(":memory:", func(c *Config) { c.Driver = "sqlite" }),
 			":memory:?gate_driver=sqlite"},
@@ -385,10 +385,11 @@ func TestFormatDSNWritesOnlyNonDefaults(t *testing.T) {
 		{"quoted in keyword/value form", cfgWith("host=db", func(c *Config) { c.Driver = `it's \ x` }),
 			`gate_driver='it\'s \\ x' host=db`},
 		{"every key in fixed order", Config{Driver: "postgres", DSN: "host=db", MaxConns: 20, Concurrent: 8, Queue: 3,
-			QueueWait: 250 * time.Millisecond, MaxConnLifetime: 0, MaxConnIdleTime: 90 * time.Second},
+			QueueWait: 250 * time.Millisecond, MaxConnLifetime: None, MaxConnIdleTime: 90 * time.Second},
 			"gate_driver=postgres gate_max_conns=20 gate_concurrent=8 gate_queue=3 gate_queue_wait=250ms " +
 				"gate_max_conn_lifetime=0s gate_max_conn_idle_time=1m30s host=db"},
-		{"zero-value literal formats as NewConnector reads it", Config{DSN: "host=db"},
+		{"zero-value literal has the DSN defaults", Config{DSN: "host=db"}, "host=db"},
+		{"None formats as 0", Config{DSN: "host=db", Queue: None, QueueWait: None, MaxConnLifetime: None, MaxConnIdleTime: None},
 			"gate_queue=0 gate_queue_wait=0s gate_max_conn_lifetime=0s gate_max_conn_idle_time=0s host=db"},
 	}
 	for _, tt := range tests {

@@ -41,6 +41,68 @@ func IsRejected(err error) bool {
 	return errors.Is(err, ErrAdmissionFull) || errors.Is(err, ErrAdmissionTimeout)
 }
 
+// A RejectReason says why a gate refused an operation.
+type RejectReason uint8
+
+// The reasons of a [RejectedError].
+const (
+	// RejectFull: every admission permit of the gate was taken (B running and Q waiting);
+	// refused at once. The error wraps [ErrAdmissionFull].
+	RejectFull RejectReason = iota + 1
+	// RejectTimeout: no execution permit came within gate_queue_wait (at once when it is 0,
+	// or sooner when gate_queue_order=adaptive sheds a standing queue). The error wraps
+	// [ErrAdmissionTimeout].
+	RejectTimeout
+)
+
+// String returns "full" or "timeout", the reason label of gatedprom's and gatedotel's
+// rejection counters.
+func (r RejectReason) String() string {
+	switch r {
+	case RejectFull:
+		return "full"
+	case RejectTimeout:
+		return "timeout"
+	}
+	return "unknown"
+}
+
+// A RejectedError is the error of an operation that a gate refused under load: it says which
+// workload's gate refused and why. It wraps [ErrAdmissionFull] or [ErrAdmissionTimeout], so
+// errors.Is and [IsRejected] match it as they match those sentinels; use errors.As to read
+// the workload, for example to answer with the Retry-After of that workload's gate (gatedhttp's
+// Rejecter does). Each gate returns the same two values every time, so a refusal allocates
+// nothing: do not modify one.
+type RejectedError struct {
+	Workload string       // the refusing gate's workload: "default" for gate_concurrent's, or a gate_workloads name
+	Reason   RejectReason // RejectFull or RejectTimeout
+	msg      string
+}
+
+// newRejectedError returns the refusal of workload's gate for reason, its message built once.
+func newRejectedError(workload string, reason RejectReason) *RejectedError {
+	return &RejectedError{Workload: workload, Reason: reason, msg: rejectionSentinel(reason).Error() + " (workload " + workload + ")"}
+}
+
+func rejectionSentinel(r RejectReason) error {
+	if r == RejectFull {
+		return ErrAdmissionFull
+	}
+	return ErrAdmissionTimeout
+}
+
+// Error returns the sentinel's message with the workload, such as
+// "gated: admission full: too many operations running and waiting (workload batch)".
+func (e *RejectedError) Error() string {
+	if e.msg == "" {
+		return rejectionSentinel(e.Reason).Error() + " (workload " + e.Workload + ")"
+	}
+	return e.msg
+}
+
+// Unwrap returns [ErrAdmissionFull] or [ErrAdmissionTimeout], by Reason.
+func (e *RejectedError) Unwrap() error { return rejectionSentinel(e.Reason) }
+
 // DSNError reports a DSN key, or a [Config] field set in code, that gated cannot use. Key is the
 // DSN key (for example "gate_concurrent"); it is empty when the DSN as a whole is malformed. The
 // message never contains the DSN itself, so it cannot leak a password.

@@ -78,6 +78,7 @@ type gateConfig struct {
 
 func newGate(cfg gateConfig, p *pool) *gate {
 	g := &gate{gateConfig: cfg, pool: p}
+	g.wl.init(cfg.name)
 	g.waiters.New = newWaiter
 	return g
 }
@@ -104,7 +105,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case g.running+g.waiting >= g.concurrent+g.queue:
 		g.rejectedFull++
 		g.mu.Unlock()
-		return nil, ErrAdmissionFull
+		return nil, g.wl.full
 	case g.running < g.concurrent && g.head == nil:
 		// Nobody waits, so taking the permit cannot jump the queue.
 		g.running++
@@ -114,7 +115,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case g.queueWait <= 0:
 		g.rejectedTimeout++
 		g.mu.Unlock()
-		return nil, ErrAdmissionTimeout
+		return nil, g.wl.timeout
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -130,7 +131,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case <-ctx.Done():
 		err = waitError(ctx.Err())
 	case <-w.timer.C:
-		err = ErrAdmissionTimeout
+		err = g.wl.timeout
 	}
 	w.timer.Stop()
 
@@ -138,7 +139,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	switch {
 	case w.granted:
 		// A release handed the permit over while we were leaving.
-		if err == ErrAdmissionTimeout {
+		if err == g.wl.timeout {
 			g.mu.Unlock()
 			<-w.ready
 			return g.finishWait(w)
@@ -160,7 +161,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		if !w.removed {
 			g.removeLocked(w)
 		}
-		if err == ErrAdmissionTimeout {
+		if err == g.wl.timeout {
 			g.rejectedTimeout++
 		} else {
 			g.canceled++
@@ -240,7 +241,7 @@ func (g *gate) shedLocked() bool {
 	}
 	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
 		g.removeLocked(w)
-		w.removed, w.err = true, ErrAdmissionTimeout
+		w.removed, w.err = true, g.wl.timeout
 		g.rejectedTimeout++
 		w.ready <- struct{}{}
 	}

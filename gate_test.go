@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // newTestGate returns a gate over a pool that never dials: these tests release nil connections.
@@ -22,17 +24,8 @@ func gateStats(g *gate) Stats {
 	return s
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testwait.For).
+var waitFor = testwait.For
 
 func mustAcquire(t *testing.T, g *gate) {
 	t.Helper()

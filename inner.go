@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The driver seam. Everything gated knows about a particular inner driver sits behind innerConn,
@@ -19,15 +21,25 @@ type innerConn interface {
 	// alive reports whether the driver still considers the connection open; true when it
 	// cannot tell.
 	alive() bool
-	// idle reports whether the connection may serve another operation: alive, outside a
-	// transaction and not busy.
+	// idle reports whether the connection may serve another operation: alive, not busy, and
+	// idle on the server (txStatus 'I'); for a driver that cannot report its transaction
+	// status ('?'), alive, as database/sql itself judges a connection.
 	idle() bool
+	// txStatus returns the connection's transaction status as the server last reported it
+	// (PostgreSQL's ReadyForQuery: 'I' idle, 'T' in a transaction, 'E' in a failed one), or
+	// '?' when the driver does not report it.
+	txStatus() byte
+	// watchesSocket reports whether the driver cannot interrupt its socket's blocking calls when
+	// a context ends (lib/pq): each call then watches its context (see call, sockWatch).
+	watchesSocket() bool
 	// close closes the connection and returns once the driver's cleanup has ended (pgx's
 	// asynchronous cancel and close, the drain of a lib/pq socket whose statement may still
-	// run), waiting at most cleanupWait. Statements prepared on it are not closed first: the
-	// server frees them with the session, and a round trip each could block for as long as a
-	// network partition lasts.
-	close()
+	// run, the kill of a MySQL statement when mayRun), waiting at most cleanupWait. mayRun
+	// says that a call ended with its context ended and the connection given up by the driver,
+	// so the server may still run its statement. Statements prepared on it are not closed
+	// first: the server frees them with the session, and a round trip each could block for as
+	// long as a network partition lasts.
+	close(mayRun bool)
 	// sent returns how many bytes the connection has written to its socket so far, or -1 when
 	// gated does not see the socket.
 	sent() int64
@@ -42,14 +54,6 @@ type innerConn interface {
 	// still be open and reports whether the connection is now known to be outside one, and so
 	// reusable.
 	endFailedTx() bool
-	// watch bounds the socket's blocking reads and writes by ctx, for drivers that cannot
-	// interrupt them themselves, until unwatch. unwatch reports false when ctx ended meanwhile,
-	// leaving the socket unusable.
-	watch(ctx context.Context)
-	unwatch() bool
-	// rested is called when the connection goes back idle after an operation that left it
-	// healthy: nothing runs on the server any more.
-	rested()
 	// checkBeforeWrite makes the next write first check that the server has not hung up or
 	// sent something unasked, and fail without sending anything if it has. It is called before
 	// a used connection serves another operation, and before COMMIT: a connection that died
@@ -60,6 +64,9 @@ type innerConn interface {
 	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing
 	// and the driver has dropped its cache entry: the query may run once more.
 	staleStatement(err error) bool
+	// refusedStale reports whether err is the server's refusal of a prepared statement itself,
+	// before anything of it ran (staleRefusal); false for drivers whose errors gated cannot read.
+	refusedStale(err error) bool
 	// beginSet begins a transaction whose first statements are set (SET LOCAL ...): pgx sends
 	// them in BEGIN's round trip. On failure no transaction is open, or the connection is not
 	// idle and gets destroyed.
@@ -77,11 +84,23 @@ type innerConn interface {
 	serverPrepares(query string) bool
 }
 
+// A dialedConn is a driver connection as a connector of gated's own returns it, with what the
+// connector learned while connecting (mysqlConnector: the session's id), for the seam's wrap to
+// take out. It is kept nowhere else: a connection that pool.dial closes without wrapping it (its
+// context ended as it was made) leaves nothing behind. newPhysConn unwraps it.
+type dialedConn struct {
+	driver.Conn
+	info any
+}
+
 // innerOptions is what the PostgreSQL drivers' files take from the Config besides the DSN.
 type innerOptions struct {
 	app    string            // application_name when dsn (or the environment) names none; "" none
 	params map[string]string // run-time parameters each connection starts with
 	pooled bool              // gate_pooler=transaction: no named statement on the server
+
+	pgxBefore func(context.Context, *pgx.ConnConfig) error // Config.PgxBeforeConnect
+	pgxAfter  func(context.Context, *pgx.Conn) error       // Config.PgxAfterConnect
 }
 
 // newInner returns the inner driver's connector for dsn, and the function that makes an
@@ -161,15 +180,37 @@ func sendRollback(dc driver.Conn, ctx context.Context) bool {
 	return err == nil
 }
 
-// staleState reports whether err is the server's refusal of a prepared statement that has gone
-// stale: 26000 (prepared statement does not exist, after DISCARD ALL or DEALLOCATE) or 0A000
-// (cached plan must not change result type, after a migration). Neither ran anything.
-func staleState(err error) bool {
-	switch sqlState(err) {
-	case "0A000", "26000":
-		return true
+// staleRefusal reports whether a server error with these fields is the server's refusal of a
+// prepared statement itself, before anything of it ran: a cached plan whose result type a
+// migration changed (0A000 raised by RevalidateCachedQuery, "cached plan must not change result
+// type") or a statement name that no longer exists (26000 raised by FetchPreparedStatement, after
+// DISCARD ALL or DEALLOCATE), raised for the top-level statement and not inside a function or
+// procedure (no Where context). The class alone proves nothing: 0A000 is feature_not_supported,
+// which a procedure raises after its COMMIT as readily. The answer holds for one statement sent
+// alone, as every prepared statement is; a simple-protocol string may hold a COMMIT before the
+// session's own stale EXECUTE, so the caller of an unprepared query checks oneStatement too.
+//
+// The routine names are the server's source identifiers, the same in every lc_messages locale;
+// a server that sends none (some PostgreSQL-compatible ones) is matched by PostgreSQL's English
+// message. The drivers' files read the fields from their error types (innerConn.refusedStale).
+func staleRefusal(code, msg, where, routine string) bool {
+	if where != "" {
+		return false
+	}
+	switch code {
+	case "0A000":
+		return routine == "RevalidateCachedQuery" || routine == "" && msg == "cached plan must not change result type"
+	case "26000":
+		return routine == "FetchPreparedStatement" || routine == "" && strings.HasPrefix(msg, "prepared statement ")
 	}
 	return false
+}
+
+// oneStatement reports whether query is certainly a single SQL statement: it has no semicolon
+// but at its end. A statement with one inside a literal or comment is taken for several, which
+// only forgoes the stale-statement retry.
+func oneStatement(query string) bool {
+	return !strings.Contains(strings.TrimRight(query, "; \t\r\n"), ";")
 }
 
 // sqlState returns the SQLSTATE of a server error in err's chain (pgconn.PgError and pq.Error

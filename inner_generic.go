@@ -54,9 +54,11 @@ func (c genericConn) alive() bool {
 	return true
 }
 
-func (c genericConn) idle() bool  { return c.alive() }
-func (c genericConn) close()      { c.dc.Close() }
-func (c genericConn) sent() int64 { return -1 }
+func (c genericConn) idle() bool        { return c.alive() }
+func (genericConn) txStatus() byte      { return '?' }
+func (genericConn) watchesSocket() bool { return false }
+func (c genericConn) close(bool)        { c.dc.Close() }
+func (c genericConn) sent() int64       { return -1 }
 
 // unsent trusts the driver, as database/sql does.
 func (c genericConn) unsent(err error, _ int64) bool { return errors.Is(err, driver.ErrBadConn) }
@@ -69,10 +71,7 @@ func (c genericConn) commitUnknown(err error, _ int64) bool {
 
 func (c genericConn) endFailedTx() bool { return c.alive() && sendRollback(c.dc, context.Background()) }
 
-func (genericConn) watch(context.Context) {}
-func (genericConn) unwatch() bool         { return true }
-func (genericConn) rested()               {}
-func (genericConn) checkBeforeWrite()     {}
+func (genericConn) checkBeforeWrite() {}
 
 // beginSet and execSet: Config.normalize refuses the timeouts for drivers other than pgx and
 // lib/pq, whose SQL gated cannot know; these follow PostgreSQL's in case one reaches them.
@@ -88,6 +87,7 @@ func (c genericConn) execSet(ctx context.Context, set string) error {
 func (genericConn) closeStmts() bool { return true }
 
 func (genericConn) staleStatement(error) bool { return false }
+func (genericConn) refusedStale(error) bool   { return false }
 
 // serverPrepares: an unknown driver prepares as it always does.
 func (genericConn) serverPrepares(string) bool { return true }

@@ -55,10 +55,10 @@ func newMySQLInner(name, dsn string) (driver.Connector, func(driver.Conn, *sockC
 	return mc, mc.wrap, nil
 }
 
-// mysqlConnector makes connections of the inner connector and learns each one's id.
+// mysqlConnector makes connections of the inner connector and learns each one's id, which it
+// returns with the connection (dialedConn) for wrap to take out: it keeps nothing itself.
 type mysqlConnector struct {
 	inner  driver.Connector
-	ids    sync.Map // driver.Conn → mysqlSession, from Connect until wrap takes it
 	killer mysqlKiller
 }
 
@@ -86,8 +86,7 @@ func (c *mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		dc.Close()
 		return nil, fmt.Errorf("gated: reading the new MySQL connection's id: %w", hideBadConn(err))
 	}
-	c.ids.Store(dc, mysqlSession{id: v[0], serverID: v[1], opened: time.Now()})
-	return dc, nil
+	return &dialedConn{Conn: dc, info: mysqlSession{id: v[0], serverID: v[1], opened: time.Now()}}, nil
 }
 
 func (c *mysqlConnector) Driver() driver.Driver { return c.inner.Driver() }
@@ -102,43 +101,29 @@ func (c *mysqlConnector) Close() error {
 }
 
 func (c *mysqlConnector) wrap(dc driver.Conn, _ *sockConn) innerConn {
-	v, _ := c.ids.LoadAndDelete(dc)
-	s, _ := v.(mysqlSession)
+	var s mysqlSession
+	if d, ok := dc.(*dialedConn); ok {
+		dc, s = d.Conn, d.info.(mysqlSession)
+	}
 	return &mysqlConn{genericConn: genericConn{dc}, session: s, killer: &c.killer}
 }
 
 // mysqlConn is a go-sql-driver/mysql connection: the generic driver's knowledge (Validator,
-// ErrBadConn) plus its connection id and whether a statement may be running on it.
+// ErrBadConn) plus its connection id, through which a statement is stopped on the server.
 type mysqlConn struct {
 	genericConn
 	session mysqlSession
 	killer  *mysqlKiller
-
-	// The connection is used by one goroutine at a time, and handed to the one that destroys it
-	// through the pool's synchronization.
-	ctx      context.Context // of the operation that last used the connection; nil after unbind
-	canceled bool            // at unbind, ctx had ended and the driver had closed the connection
 }
 
-func (c *mysqlConn) watch(ctx context.Context) { c.ctx = ctx }
-
-// unwatch, called when the binding ends, notes whether the operation's context ended and the
-// driver closed the connection: go-sql-driver/mysql does that when a context ends during a call,
-// and the server may then still run the statement. It is noted here, in the caller's goroutine,
-// because the caller may cancel its context for its own reasons right after.
-func (c *mysqlConn) unwatch() bool {
-	c.canceled = c.ctx != nil && c.ctx.Err() != nil && !c.alive()
-	c.ctx = nil
-	return true
-}
-
-// close closes the connection and, when the binding ended with its context ended and the
-// connection closed by the driver, stops the statement on the server and waits until it no
-// longer runs. Nothing else leads to a kill: a connection that failed for another reason (a
-// restart, say) may have an id that by now names another session.
-func (c *mysqlConn) close() {
+// close closes the connection and, when a call of its last binding ended with its context ended
+// and the connection given up by the driver (mayRun: go-sql-driver/mysql closes its socket when a
+// context ends during a call, and the server goes on), stops the statement on the server and
+// waits until it no longer runs. Nothing else leads to a kill: a connection that failed for
+// another reason (a restart, say) may have an id that by now names another session.
+func (c *mysqlConn) close(mayRun bool) {
 	c.dc.Close()
-	if c.canceled && c.session.id != 0 {
+	if mayRun && c.session.id != 0 {
 		c.killer.stop(c.session)
 	}
 }

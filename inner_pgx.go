@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -16,7 +16,7 @@ import (
 
 // newPgxInner returns a connector of the pgx v5 that gated imports, whatever another import
 // registered under the name "pgx" (pgx v4 registers that name too), dialing through gated so
-// that each connection's socket is a sockConn.
+// that each connection's socket is a sockConn, with Config's pgx hooks (inner_pgx_hooks.go).
 //
 // pgx keeps its default handling of an ended context: it closes the connection in the
 // background, sending a cancel request and then reading until the backend hangs up, and gated
@@ -37,22 +37,11 @@ func newPgxInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn
 	for k, v := range o.params {
 		cfg.RuntimeParams[k] = v
 	}
-	dial := func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		inner := cfg.DialFunc
-		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := inner(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return wrapDialed(ctx, c, false, false), nil
-		}
-		return nil
-	}
 	prepares := !o.pooled
 	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
 		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
 	}
-	return stdlib.GetConnector(*cfg, stdlib.OptionBeforeConnect(dial)), wrap, nil
+	return stdlib.GetConnector(*cfg, pgxConnectOptions(o)...), wrap, nil
 }
 
 // pgxConn knows a pgx connection exactly: pgconn reports whether it is closed, busy or in a
@@ -71,7 +60,10 @@ func (c *pgxConn) idle() bool {
 	return !c.pg.IsClosed() && !c.pg.IsBusy() && c.pg.TxStatus() == 'I'
 }
 
-func (c *pgxConn) close() {
+func (c *pgxConn) txStatus() byte      { return c.pg.TxStatus() }
+func (c *pgxConn) watchesSocket() bool { return false } // pgx watches its context itself
+
+func (c *pgxConn) close(bool) {
 	c.dc.Close()
 	t := time.NewTimer(cleanupWait)
 	select {
@@ -98,10 +90,6 @@ func (c *pgxConn) commitUnknown(err error, before int64) bool {
 // idle and is destroyed.
 func (c *pgxConn) endFailedTx() bool { return c.idle() }
 
-func (c *pgxConn) watch(context.Context) {}
-func (c *pgxConn) unwatch() bool         { return true }
-
-func (c *pgxConn) rested()           {}
 func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
 
 func (c *pgxConn) closeStmts() bool { return false }
@@ -171,5 +159,17 @@ func armSock(s *sockConn) {
 	}
 }
 
-// staleStatement: pgx drops a cached statement from its cache when a query on it fails.
-func (c *pgxConn) staleStatement(err error) bool { return staleState(err) }
+// staleStatement: pgx prepares and caches a statement for an unprepared query in its default
+// exec mode (cache_statement, the only one that keeps named statements), and drops it from its
+// cache when a query on it fails; a refusal of it (refusedStale) ran nothing. In the other modes
+// pgx caches no statement, and a refusal is of the query's own EXECUTE. The Config copy is made
+// on this rare path only.
+func (c *pgxConn) staleStatement(err error) bool {
+	return c.refusedStale(err) && c.dc.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+}
+
+// refusedStale reads pgconn's error (see staleRefusal).
+func (c *pgxConn) refusedStale(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && staleRefusal(e.Code, e.Message, e.Where, e.Routine)
+}

@@ -3,9 +3,12 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
@@ -78,7 +81,8 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 }
 
 // pqConn is a lib/pq connection. lib/pq reports whether it is still usable (driver.Validator)
-// but not its transaction status; gated tracks transactions itself (conn.txOpen).
+// but has no API for the transaction status the server sends with every ReadyForQuery; it keeps
+// it in its connection, and gated reads it there (pqTxStatus).
 type pqConn struct {
 	dc   driver.Conn
 	sock *sockConn
@@ -87,11 +91,16 @@ type pqConn struct {
 }
 
 func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
-func (c *pqConn) idle() bool  { return c.alive() }
+func (c *pqConn) idle() bool  { return c.alive() && c.txStatus() == 'I' }
+
+func (c *pqConn) txStatus() byte { return pqTxStatus(c.dc) }
+
+// watchesSocket: lib/pq cannot interrupt a blocked read or write when a context ends.
+func (c *pqConn) watchesSocket() bool { return true }
 
 // close closes the connection; the socket's Close drains when a statement may still run, and
 // close waits for that.
-func (c *pqConn) close() {
+func (c *pqConn) close(bool) {
 	c.dc.Close()
 	if c.sock != nil {
 		c.sock.Close() // lib/pq may have left it open after a failed write
@@ -109,30 +118,65 @@ func (c *pqConn) commitUnknown(err error, before int64) bool {
 	return c.sock != nil && c.sock.written.Load() > before && !c.alive() && answerLost(err)
 }
 
+// endFailedTx sends ROLLBACK unless the server reported the connection idle. The ROLLBACK is a
+// call of its own, watched under a context of its own: lib/pq's would otherwise wait for as long
+// as a partition lasts.
 func (c *pqConn) endFailedTx() bool {
 	if !c.alive() {
 		return false
 	}
+	if c.txStatus() == 'I' {
+		return true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), endFailedTxTimeout)
 	defer cancel()
-	c.watch(ctx) // lib/pq's ROLLBACK would otherwise wait for as long as a partition lasts
+	var w sockWatch
+	if c.sock != nil {
+		w = c.sock.watch(ctx, 0)
+	}
 	ok := sendRollback(c.dc, ctx)
-	return c.unwatch() && ok
+	if w.end() {
+		return false
+	}
+	return ok && c.idle()
 }
 
-func (c *pqConn) watch(ctx context.Context) {
-	if c.sock != nil {
-		c.sock.busy.Store(true)
-		c.sock.watch(ctx, cancelGrace)
+// pqTxStatus returns the transaction status that lib/pq recorded from the server's last
+// ReadyForQuery message, in its connection's unexported field txnStatus, or '?' when dc has no
+// such field (another lib/pq version: TestLibPQTransactionStatusIsRead fails then). The server's
+// word is the only one that holds: an application's own BEGIN, ROLLBACK or failing statement on
+// a pinned *sql.Conn changes it without database/sql knowing, and the status byte cannot be read
+// from the socket below TLS. The field is written by lib/pq only in the goroutine of a call, and
+// read between calls by the binding's goroutine.
+func pqTxStatus(dc driver.Conn) byte {
+	v := reflect.ValueOf(dc)
+	f := pqTxField.Load()
+	if f == nil || v.Type() != f.typ {
+		f = findPQTxField(v.Type())
 	}
+	if f.index < 0 {
+		return '?'
+	}
+	return byte(v.Elem().Field(f.index).Uint())
 }
 
-func (c *pqConn) unwatch() bool { return c.sock == nil || c.sock.unwatch() }
+// pqTxFieldOf is where txnStatus sits in a lib/pq connection type; index -1: nowhere.
+type pqTxFieldOf struct {
+	typ   reflect.Type
+	index int
+}
 
-func (c *pqConn) rested() {
-	if c.sock != nil {
-		c.sock.busy.Store(false)
+var pqTxField atomic.Pointer[pqTxFieldOf]
+
+func findPQTxField(t reflect.Type) *pqTxFieldOf {
+	f := &pqTxFieldOf{typ: t, index: -1}
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		if sf, ok := t.Elem().FieldByName("txnStatus"); ok && sf.Type.Kind() == reflect.Uint8 && len(sf.Index) == 1 {
+			f.index = sf.Index[0]
+		}
 	}
+	pqTxField.Store(f)
+	return f
 }
 
 func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
@@ -170,3 +214,9 @@ func (c *pqConn) beginSet(ctx context.Context, opts driver.TxOptions, set string
 }
 
 func (c *pqConn) execSet(ctx context.Context, set string) error { return execSimple(ctx, c.dc, set) }
+
+// refusedStale reads lib/pq's error (see staleRefusal).
+func (c *pqConn) refusedStale(err error) bool {
+	var e *pq.Error
+	return errors.As(err, &e) && staleRefusal(string(e.Code), e.Message, e.Where, e.Routine)
+}

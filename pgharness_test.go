@@ -135,33 +135,54 @@ func admin(t testing.TB) *sql.DB {
 // in use.
 func waitIdle(t testing.TB, c *Connector) {
 	t.Helper()
-	waitFor(t, "gate idle", func() bool {
-		s := c.Stats()
-		return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
-	})
+	waitFor(t, "every gate idle", func() bool { return quiet(c) })
+}
+
+// quiet reports whether no gate of c has an operation running or waiting and no physical
+// connection is in use.
+func quiet(c *Connector) bool {
+	for _, s := range c.AllStats() {
+		if s.Running != 0 || s.Waiting != 0 || s.Pool.InUse != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkQuiet ends every integration test (I7: every permit back once nothing runs). It waits
-// until Running = Waiting = 0 and no physical connection is in use, and checks that no more than
-// P are open and that the gate serves a new operation. Then every one of the B execution permits
-// must be available at once: B transactions begin, each runs a statement, without anybody
-// waiting (WaitDuration unchanged); and all come back when those transactions roll back. Last,
-// I3: database/sql's own pool made sqlWaits callers wait (WaitCount), which is 0 for every DB
-// from gated.Open.
+// until every gate (AllStats: the default one and each workload's) has Running = Waiting = 0 and
+// no physical connection is in use, and checks that no more than P are open and that each gate
+// serves a new operation. Then, gate by gate, every one of its B execution permits must be
+// available at once: B transactions begin under the workload, each runs a statement, without
+// anybody waiting (WaitDuration unchanged); and all come back when those transactions roll
+// back. Last, I3: database/sql's own pool made sqlWaits callers wait (WaitCount), which is 0 for
+// every DB from gated.Open.
 func checkQuiet(t testing.TB, db *sql.DB, c *Connector, sqlWaits int64) {
 	t.Helper()
 	waitIdle(t, c)
 	if s := c.Stats(); s.Pool.Open > s.Pool.MaxConns {
 		t.Errorf("%d physical connections open, more than P=%d", s.Pool.Open, s.Pool.MaxConns)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	for name, before := range c.AllStats() {
+		checkGateQuiet(t, db, c, name, before)
+	}
+	waitFor(t, "the quiet check's permits back", func() bool { return quiet(c) })
+	if w := db.Stats().WaitCount; w != sqlWaits {
+		t.Errorf("database/sql WaitCount = %d, want %d: callers waited in database/sql's pool, before the gate", w, sqlWaits)
+	}
+}
+
+// checkGateQuiet is checkQuiet's check of one gate, the workload name's, whose snapshot once
+// quiet is before.
+func checkGateQuiet(t testing.TB, db *sql.DB, c *Connector, name string, before Stats) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(WithWorkload(context.Background(), name), 10*time.Second)
 	defer cancel()
 	var one int
 	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
-		t.Errorf("gate does not serve a new operation: %v", err)
+		t.Errorf("gate %s does not serve a new operation: %v", name, err)
 	}
-
-	before := c.Stats()
+	before, _ = c.WorkloadStats(name)
 	txs := make([]*sql.Tx, 0, before.Concurrent)
 	defer func() {
 		for _, tx := range txs {
@@ -171,16 +192,16 @@ func checkQuiet(t testing.TB, db *sql.DB, c *Connector, sqlWaits int64) {
 	for i := range before.Concurrent {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			t.Fatalf("once quiet, permit %d of B=%d is not available: %v", i+1, before.Concurrent, err)
+			t.Fatalf("once quiet, permit %d of B=%d of gate %s is not available: %v", i+1, before.Concurrent, name, err)
 		}
 		txs = append(txs, tx)
 		if err := tx.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
-			t.Fatalf("once quiet, the connection of permit %d of B=%d does not serve: %v", i+1, before.Concurrent, err)
+			t.Fatalf("once quiet, the connection of permit %d of B=%d of gate %s does not serve: %v", i+1, before.Concurrent, name, err)
 		}
 	}
-	if s := c.Stats(); s.Running != before.Concurrent || s.Waiting != 0 || s.WaitDuration != before.WaitDuration {
-		t.Errorf("once quiet, B=%d transactions did not all start at once: running %d, waiting %d, waited %v more",
-			before.Concurrent, s.Running, s.Waiting, s.WaitDuration-before.WaitDuration)
+	if s, _ := c.WorkloadStats(name); s.Running != before.Concurrent || s.Waiting != 0 || s.WaitDuration != before.WaitDuration {
+		t.Errorf("once quiet, B=%d transactions of gate %s did not all start at once: running %d, waiting %d, waited %v more",
+			before.Concurrent, name, s.Running, s.Waiting, s.WaitDuration-before.WaitDuration)
 	}
 	for _, tx := range txs {
 		if err := tx.Rollback(); err != nil {
@@ -188,13 +209,6 @@ func checkQuiet(t testing.TB, db *sql.DB, c *Connector, sqlWaits int64) {
 		}
 	}
 	txs = nil
-	waitFor(t, "the quiet check's permits back", func() bool {
-		s := c.Stats()
-		return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
-	})
-	if w := db.Stats().WaitCount; w != sqlWaits {
-		t.Errorf("database/sql WaitCount = %d, want %d: callers waited in database/sql's pool, before the gate", w, sqlWaits)
-	}
 }
 
 var objSeq atomic.Int64

@@ -17,19 +17,29 @@ import (
 type physConn struct {
 	conn      driver.Conn
 	inner     innerConn
-	createdAt int64       // pool clock (Unix ns) when opened
+	createdAt int64       // pool clock (Unix ns) when opened, plus its lifetime jitter (pool.dial)
 	idleSince int64       // pool clock when last made idle
 	used      bool        // served an operation: reset before the next one
 	broken    bool        // must be destroyed rather than reused
 	closedFor CloseReason // why it is destroyed; CloseBroken unless set (observe.go)
 
-	stmtMs  int64      // statement_timeout gated set on the session (timeout.go); 0: the startup value; -1: unknown
+	sock    *sockConn // the socket gated dialed (pgx, lib/pq); nil otherwise
+	watched bool      // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
+
+	sess session // what gated knows of the session on the server (session.go)
+
 	stmts   []physStmt // statements the application prepared, oldest first (see stmtcache.go)
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
 }
 
+// newPhysConn makes the physical connection of dc, which a connector of gated's own may have
+// returned as a dialedConn.
 func newPhysConn(dc driver.Conn, sock *sockConn, wrap func(driver.Conn, *sockConn) innerConn) *physConn {
-	return &physConn{conn: dc, inner: wrap(dc, sock)}
+	inner := wrap(dc, sock)
+	if d, ok := dc.(*dialedConn); ok {
+		dc = d.Conn
+	}
+	return &physConn{conn: dc, inner: inner, sock: sock, watched: inner.watchesSocket(), sess: session{tx: inner.txStatus()}}
 }
 
 func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
@@ -37,8 +47,17 @@ func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
 		(idleTime > 0 && time.Duration(now-pc.idleSince) >= idleTime)
 }
 
-// reusable reports whether pc may serve another operation: open, not in a transaction, not busy.
-func (pc *physConn) reusable() bool { return !pc.broken && pc.inner.idle() }
+// reusable reports whether pc may serve another operation: open, idle on the server (as far as
+// the driver can tell: see innerConn.idle), and no statement may still run on it.
+func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc.inner.idle() }
+
+// rested is called when pc goes back idle after a binding that left it reusable: nothing runs on
+// the server any more.
+func (pc *physConn) rested() {
+	if pc.sock != nil {
+		pc.sock.busy.Store(false)
+	}
+}
 
 // alive reports whether the driver still considers the connection open; true when the driver
 // cannot tell.
@@ -66,7 +85,7 @@ func (pc *physConn) close() {
 		}
 	}
 	pc.stmts = nil
-	pc.inner.close()
+	pc.inner.close(pc.sess.mayRun)
 }
 
 func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -143,12 +162,12 @@ func (pc *physConn) queryOnce(ctx context.Context, query string, args []driver.N
 	if err != nil {
 		return nil, err
 	}
-	rows, err := pc.queryStmt(ctx, st, args)
+	dr, err := pc.queryStmt(ctx, st, args)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	return &stmtRows{Rows: rows, st: st}, nil
+	return &rows{Rows: dr, st: st}, nil
 }
 
 // prepareDriver prepares query on the driver connection, as database/sql's ctxDriverPrepare.

@@ -3,8 +3,10 @@ package gated
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ type pool struct {
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
+	jitter    time.Duration // each connection lives lifetime + a random [0, jitter); 0 = none
 	obs       *observer     // the Connector's, set once before use (observe.go)
 
 	mu sync.Mutex
@@ -119,18 +122,32 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 		err = ctx.Err()
 	}
 	sock := slot.Load()
-	p.obs.dialed(start, ctx, err)
+	canceled := callerEnded(ctx, err)
+	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.countDialFailureLocked(ctx)
+		p.countDialFailureLocked(canceled)
 		p.releaseSlotLocked()
-		return nil, fmt.Errorf("gated: opening a physical connection: %w", hideBadConn(err))
+		err = connectError(err, p.obs.dsn)
+		if cerr := ctx.Err(); canceled && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// The driver reported its i/o timeout (the deadline passed): say what ended it.
+			if cerr == nil {
+				cerr = context.DeadlineExceeded
+			}
+			return nil, fmt.Errorf("gated: opening a physical connection: %w (%w)", err, cerr)
+		}
+		return nil, err
 	}
 	p.opened++
 	p.inUse++
 	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
+	if p.jitter > 0 {
+		// The connection's share of the jitter, drawn as it opens, moves its birth later: it
+		// expires at lifetime + [0, jitter), so connections opened together expire apart.
+		pc.createdAt += rand.Int64N(int64(p.jitter))
+	}
 	return pc, nil
 }
 
@@ -298,77 +315,4 @@ func (p *pool) stats(s *PoolStats) {
 	s.Closed = p.closedN
 	s.ConnectErrors = p.failed
 	p.obsStatsLocked(s)
-}
-
-// ready returns a physical connection for a binding that holds gate g's execution permit: pc
-// when one was handed over with the permit, otherwise one from the pool; a used connection is
-// first reset with the driver's ResetSession. A connection that fails its reset is destroyed
-// (see retire) and another taken, so the caller never sees its driver.ErrBadConn. The loop ends
-// because only used connections are reset and there are finitely many of them: a new
-// connection either works or fails to open.
-//
-// On error the permit is no longer the caller's: ready released it, or handed it to a cleanup
-// that releases it when it ends.
-func (p *pool) ready(ctx context.Context, pc *physConn, g *gate) (*physConn, error) {
-	for {
-		if pc == nil {
-			var err error
-			if pc, err = p.get(ctx); err != nil {
-				g.release(nil)
-				return nil, err
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			// Admitted as the caller gave up: a reset under this context would fail and condemn
-			// a healthy connection.
-			g.release(pc)
-			return nil, fmt.Errorf("gated: the context ended before the operation started: %w", err)
-		}
-		err := pc.reset(ctx)
-		if err == nil {
-			return pc, nil
-		}
-		pc.closedFor = CloseDeadIdle
-		if !p.destroyWithin(ctx, pc, g) {
-			return nil, fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
-		}
-		pc = nil
-	}
-}
-
-// retire destroys pc, a connection its binding can no longer use, and returns a replacement
-// ready for use, as ready does. On error the permit is no longer the caller's.
-func (p *pool) retire(ctx context.Context, pc *physConn, g *gate) (*physConn, error) {
-	if !p.destroyWithin(ctx, pc, g) {
-		return nil, fmt.Errorf("gated: the context ended while a failed connection was closed: %w", ctx.Err())
-	}
-	return p.ready(ctx, nil, g)
-}
-
-// destroyWithin destroys pc for a binding that holds gate g's execution permit and waits for
-// the cleanup, so that the permit follows it (I4) and the pool slot pc held is free for the
-// replacement: with P = B a destroy in the background would leave a permit holder waiting in
-// the pool, invisible in Stats and unbounded by gate_queue_wait. When ctx ends first it
-// reports false, and the cleanup, which goes on, releases the permit when it ends.
-func (p *pool) destroyWithin(ctx context.Context, pc *physConn, g *gate) bool {
-	const (
-		waiting = iota
-		destroyed
-		leftToCleanup
-	)
-	var state atomic.Int32
-	done := make(chan struct{})
-	p.destroyAsync(pc, func() {
-		if state.CompareAndSwap(waiting, destroyed) {
-			close(done)
-		} else {
-			g.release(nil)
-		}
-	})
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return !state.CompareAndSwap(waiting, leftToCleanup)
-	}
 }

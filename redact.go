@@ -2,63 +2,342 @@ package gated
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
-// redact removes from msg, an inner driver's error about dsn, every form of the passwords that
-// dsn holds. Drivers quote the DSN in some parse errors (lib/pq repeats the whole URL), and gated
-// promises that no error it returns contains a password.
-func redact(msg, dsn string) string {
-	for _, s := range secretsOf(dsn) {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	return msg
+// Passwords never appear in what gated returns or prints, not even in part. The inner drivers
+// quote DSNs in their parse errors (lib/pq repeats the whole URL; pgx redacts, but cuts a quoted
+// password with a space apart and shows the rest), and gated's own Config prints as a DSN. So:
+//
+//   - secretsOf finds the passwords of a DSN as libpq reads it (keyword/value pairs with quoting
+//     and backslash escapes, spaces around '='; a URL's userinfo and query; mysql's
+//     user:password@), in every spelling a driver or fmt may print them;
+//   - Redact removes from a message every piece of 4 bytes or more of those spellings, and
+//     every shorter password whole;
+//   - redactDSN replaces the password values of a DSN itself, so that the rest stays readable.
+
+// redacted is what replaces a password, or a run of its pieces.
+const redacted = "xxxxx"
+
+// minPiece is the shortest piece of a password that Redact removes wherever it appears.
+// Shorter passwords are removed whole.
+const minPiece = 4
+
+// Redact returns msg, a message that may quote dsn or parts of it (an inner driver's or the
+// network's error, a log line), with every password that dsn holds removed: each run of msg made
+// of pieces of 4 or more bytes of a password, as written, decoded or escaped the ways drivers and
+// fmt print it, and each shorter password whole, becomes "xxxxx". It over-approximates: text
+// that happens to spell part of a password goes too. gated applies it to the inner driver's
+// errors itself; Redact is for messages of other code that saw the DSN. Safe for concurrent use.
+func Redact(msg, dsn string) string {
+	return redact(msg, dsn)
 }
 
-// secretsOf returns the passwords in dsn as written and as decoded: a URL's or a
-// "user:password@" prefix's password, and the values of password keys in a query or in
-// keyword/value form. It over-approximates rather than misses.
+func redact(msg, dsn string) string {
+	secrets := secretsOf(dsn)
+	if len(secrets) == 0 {
+		return msg
+	}
+	pieces := make(map[string]struct{})
+	for _, s := range secrets {
+		if len(s) < minPiece {
+			if s != "" {
+				msg = strings.ReplaceAll(msg, s, redacted)
+			}
+			continue
+		}
+		for i := 0; i+minPiece <= len(s); i++ {
+			pieces[s[i:i+minPiece]] = struct{}{}
+		}
+	}
+	if len(pieces) == 0 || len(msg) < minPiece {
+		return msg
+	}
+	hit := make([]bool, len(msg))
+	found := false
+	for i := 0; i+minPiece <= len(msg); i++ {
+		if _, ok := pieces[msg[i:i+minPiece]]; ok {
+			for j := i; j < i+minPiece; j++ {
+				hit[j] = true
+			}
+			found = true
+		}
+	}
+	if !found {
+		return msg
+	}
+	// Widen the hits to whole characters: a piece may start or end inside one.
+	for i := len(msg) - 2; i >= 0; i-- {
+		if hit[i+1] && !utf8.RuneStart(msg[i+1]) {
+			hit[i] = true
+		}
+	}
+	for i := 1; i < len(msg); i++ {
+		if hit[i-1] && !utf8.RuneStart(msg[i]) {
+			hit[i] = true
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(msg))
+	for i := 0; i < len(msg); i++ {
+		switch {
+		case !hit[i]:
+			b.WriteByte(msg[i])
+		case i == 0 || !hit[i-1]:
+			b.WriteString(redacted)
+		}
+	}
+	return b.String()
+}
+
+// secretsOf returns the passwords in dsn in every spelling that a message may hold: as written,
+// decoded (libpq's and pgx's keyword/value unescaping, percent-decoding) and encoded again
+// (keyword/value quoting, percent-encoding, Go's %q). It over-approximates rather than misses: a
+// malformed URL gives one candidate per '@' that may end its userinfo.
 func secretsOf(dsn string) []string {
+	var raw []string
+	if dsnFormOf(dsn) == formKV {
+		for _, p := range kvPairs(dsn) {
+			if isPasswordKey(p.key) {
+				raw = append(raw, p.value, dsn[p.start:p.end], strings.Trim(dsn[p.start:p.end], "'"))
+			}
+		}
+	} else if user, after, ok := strings.Cut(afterScheme(dsn), ":"); ok && !strings.ContainsAny(user, "/?#@= \t") {
+		// user:password@host of a URL or a mysql DSN, where the password may hold '@', '/', '?'
+		// and '#' unescaped: every '@' may be the end.
+		for at := strings.IndexByte(after, '@'); at >= 0; {
+			raw = append(raw, after[:at])
+			next := strings.IndexByte(after[at+1:], '@')
+			if next < 0 {
+				break
+			}
+			at += 1 + next
+		}
+	}
+	if q := strings.IndexByte(dsn, '?'); q >= 0 {
+		for part := range strings.SplitSeq(dsn[q+1:], "&") {
+			k, v, ok := strings.Cut(part, "=")
+			if dk, err := url.QueryUnescape(k); err == nil {
+				k = dk
+			}
+			if ok && isPasswordKey(k) {
+				if end := strings.IndexByte(v, '#'); end >= 0 {
+					raw = append(raw, v[:end])
+				}
+				raw = append(raw, v)
+			}
+		}
+	}
+
+	seen := make(map[string]bool)
 	var out []string
 	add := func(s string) {
-		out = append(out, s)
-		if u, err := url.PathUnescape(s); err == nil && u != s {
-			out = append(out, u)
-		}
-		if u, err := url.QueryUnescape(s); err == nil && u != s {
-			out = append(out, u)
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
 		}
 	}
-	rest := dsn
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-		if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-			rest = rest[:j]
+	for _, r := range raw {
+		decoded := []string{r, unescapeLibpq(r), unescapeKV(r)}
+		if u, err := url.PathUnescape(r); err == nil {
+			decoded = append(decoded, u)
 		}
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, pass, ok := strings.Cut(rest[:at], ":"); ok && !strings.Contains(user, "=") {
-			add(pass)
+		if u, err := url.QueryUnescape(r); err == nil {
+			decoded = append(decoded, u)
 		}
-	}
-	for _, sep := range []string{"?", "&", " ", "\t", "\n"} {
-		for _, part := range strings.Split(dsn, sep) {
-			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-			if !ok || !strings.EqualFold(strings.TrimSpace(k), "password") {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			if end := strings.IndexAny(v, "&# \t\n"); end >= 0 && !strings.HasPrefix(v, "'") {
-				v = v[:end]
-			}
-			add(v)
-			add(strings.Trim(v, "'"))
-			add(unescapeKV(strings.Trim(v, "'")))
+		for _, d := range decoded {
+			add(d)
+			add(escapeKV(d))
+			add(url.QueryEscape(d))
+			add(url.PathEscape(d))
+			add(strings.TrimPrefix(url.UserPassword("", d).String(), ":"))
+			q := strconv.Quote(d)
+			add(q[1 : len(q)-1])
 		}
 	}
 	return out
+}
+
+// afterScheme returns dsn without its "scheme://", if any.
+func afterScheme(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		return dsn[i+3:]
+	}
+	return dsn
+}
+
+// isPasswordKey reports whether a DSN key holds a secret: password, sslpassword and the like.
+func isPasswordKey(key string) bool {
+	return strings.Contains(strings.ToLower(key), "password")
+}
+
+// A kvPair is one keyword/value pair of a DSN: its key, its decoded value, and where its value is
+// written in the DSN (quotes included).
+type kvPair struct {
+	key        string
+	value      string
+	start, end int
+}
+
+// kvPairs reads dsn as libpq reads a keyword/value connection string: a key runs to whitespace or
+// '='; whitespace may surround '='; a value is either quoted, ending at the first unescaped
+// single quote, or bare, ending at whitespace; in both a backslash takes the next byte literally
+// (libpq and pgx 5.12 drop every escaping backslash). An empty value takes the next word. A word
+// without '=' is skipped, and an unterminated quote runs to the end: the pairs are for finding
+// passwords, so a malformed DSN yields what may be one rather than an error.
+func kvPairs(dsn string) []kvPair {
+	var out []kvPair
+	n := len(dsn)
+	for i := skipSpace(dsn, 0); i < n; i = skipSpace(dsn, i) {
+		kstart := i
+		for i < n && !isKVSpace(dsn[i]) && dsn[i] != '=' {
+			i++
+		}
+		key := dsn[kstart:i]
+		eq := skipSpace(dsn, i)
+		if eq == n || dsn[eq] != '=' {
+			continue
+		}
+		i = skipSpace(dsn, eq+1)
+		start := i
+		var v strings.Builder
+		if i < n && dsn[i] == '\'' {
+			for i++; i < n && dsn[i] != '\''; i++ {
+				if dsn[i] == '\\' && i+1 < n {
+					i++
+				}
+				v.WriteByte(dsn[i])
+			}
+			if i < n {
+				i++ // the closing quote
+			}
+		} else {
+			for ; i < n && !isKVSpace(dsn[i]); i++ {
+				if dsn[i] == '\\' {
+					if i+1 == n {
+						break
+					}
+					i++
+				}
+				v.WriteByte(dsn[i])
+			}
+			if i > n {
+				i = n
+			}
+		}
+		out = append(out, kvPair{key: key, value: v.String(), start: start, end: i})
+	}
+	return out
+}
+
+// unescapeLibpq drops every escaping backslash, as libpq and pgx 5.12 read a keyword/value value.
+func unescapeLibpq(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			if i == len(s) {
+				break
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// escapeKV escapes quotes and backslashes as a quoted keyword/value value holds them (lib/pq
+// writes a URL's password so when it turns the URL into keyword/value form).
+func escapeKV(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
+}
+
+// redactDSN returns dsn with the value of every password key, and a URL's or mysql DSN's
+// userinfo password, replaced by "xxxxx"; then anything else that spells a piece of a password
+// goes as in Redact.
+func redactDSN(dsn string) string {
+	type span struct{ start, end int }
+	var spans []span
+	switch dsnFormOf(dsn) {
+	case formKV:
+		for _, p := range kvPairs(dsn) {
+			if isPasswordKey(p.key) {
+				spans = append(spans, span{p.start, p.end})
+			}
+		}
+	case formQuery:
+		start := 0
+		if i := strings.Index(dsn, "://"); i >= 0 {
+			start = i + 3
+		}
+		if at := userinfoEnd(dsn, start); at >= 0 {
+			if colon := strings.IndexByte(dsn[start:at], ':'); colon >= 0 {
+				spans = append(spans, span{start + colon + 1, at})
+			}
+		}
+		if q, frag := queryBounds(dsn); q >= 0 {
+			off := q + 1
+			for part := range strings.SplitSeq(dsn[q+1:frag], "&") {
+				k, _, ok := strings.Cut(part, "=")
+				if dk, err := url.QueryUnescape(k); err == nil {
+					k = dk
+				}
+				if ok && isPasswordKey(k) {
+					spans = append(spans, span{off + len(k) + 1, off + len(part)})
+				}
+				off += len(part) + 1
+			}
+		}
+	}
+	var b strings.Builder
+	prev := 0
+	for _, s := range spans {
+		if s.start < prev || s.end < s.start || s.end > len(dsn) {
+			continue
+		}
+		b.WriteString(dsn[prev:s.start])
+		b.WriteString(redacted)
+		prev = s.end
+	}
+	b.WriteString(dsn[prev:])
+	return redact(b.String(), dsn)
+}
+
+// userinfoEnd returns the index of the '@' that ends the userinfo of a DSN whose authority starts
+// at start, or -1: the last '@' before the query (a password may hold an unescaped '@').
+func userinfoEnd(dsn string, start int) int {
+	q, _ := queryBounds(dsn)
+	end := len(dsn)
+	if q >= 0 {
+		end = q
+	}
+	if start > end {
+		return -1
+	}
+	at := strings.LastIndexByte(dsn[start:end], '@')
+	if at < 0 {
+		return -1
+	}
+	return start + at
+}
+
+// connectError is the error of a failed attempt to open a physical connection: the driver's own,
+// unchanged, as the plain driver returns it, so that errors.Is, errors.As and errors.Unwrap find
+// what they find there (lib/pq's error for several hosts unwraps to one error per host, Unwrap()
+// []error). Two exceptions, each keeping errors.As and errors.Is for the driver's types: a message
+// that quotes a piece of a password (a driver may print a host it misread from a malformed URL)
+// is redacted, and an error matching driver.ErrBadConn is hidden from errors.Is for that
+// sentinel (see hideBadConn), because database/sql would retry the operation through the gate
+// while its permit is still held.
+func connectError(err error, dsn string) error {
+	if msg := err.Error(); redact(msg, dsn) != msg {
+		err = redactErr(err, dsn)
+	}
+	return hideBadConn(err)
 }
 
 // redactedError is an inner driver's error about a DSN, with the DSN's passwords removed from

@@ -37,12 +37,15 @@ type sockConn struct {
 
 	// lib/pq only.
 	drainOnClose bool
-	cutOnConnect bool        // pool.dial's context bounds the connection's set-up
-	busy         atomic.Bool // an operation used the connection since it was last idle
-	stop         func() bool // ends the current watch; nil when none
-	mu           sync.Mutex
-	watchGen     uint64                // guarded by mu: changes when a watch ends, so a late expiry does nothing
+	cutOnConnect bool                  // pool.dial's context bounds the connection's set-up
+	busy         atomic.Bool           // a call ran on the connection since it was last idle
 	expiredBy    atomic.Pointer[error] // the context's error, once a watch cut the socket's calls short
+	mu           sync.Mutex
+	// Guarded by mu.
+	watching bool   // a call's watch is armed (sockWatch)
+	watchGen uint64 // changes when a watch ends, so that its late expiry does nothing
+	cutShort bool   // the armed watch expired the socket
+	closing  bool   // Close began: nothing expires the socket any more (it would end the drain)
 
 	once     sync.Once
 	closeErr error
@@ -78,7 +81,10 @@ func (s *sockConn) Write(b []byte) (int, error) {
 // Terminate. A connection abandoned while connecting, or closed while idle, is closed at once.
 func (s *sockConn) Close() error {
 	s.once.Do(func() {
-		s.endWatch()
+		// From now on no watch expires the socket: its deadline would end the drain early.
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
 		if s.drainOnClose && s.busy.Load() {
 			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				// lib/pq closes its socket itself, in the caller's goroutine, when a context
@@ -115,29 +121,81 @@ func (s *sockConn) awaitDrain() {
 // only when the server does not answer, as in a network partition.
 const cancelGrace = 100 * time.Millisecond
 
-// watch makes the socket fail its blocking calls once ctx has ended for grace, until unwatch.
-func (s *sockConn) watch(ctx context.Context, grace time.Duration) {
-	s.unwatch()
+// A sockWatch is one driver call's context watch on a lib/pq socket: once the call's context has
+// ended for the grace, the socket's blocking calls fail, until the call ends. It belongs to the
+// call that armed it (see call), which ends it when it returns; an expiry that comes later does
+// nothing. A socket has at most one: a call that begins while another's watch is armed (the open
+// rows of a query) arms none, and the socket stays guarded by the first. The zero value is no
+// watch.
+type sockWatch struct {
+	s    *sockConn
+	stop func() bool // context.AfterFunc's
+	gen  uint64      // the socket's watchGen while this watch is armed
+}
+
+// watch arms a watch for a call under ctx, or returns none when ctx never ends or another call's
+// watch is armed. It allocates only when it arms one (as context.AfterFunc does).
+func (s *sockConn) watch(ctx context.Context, grace time.Duration) sockWatch {
 	if ctx.Done() == nil {
-		return
+		return sockWatch{}
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watching {
+		return sockWatch{}
+	}
+	s.watching = true
 	gen := s.watchGen
-	s.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, func() {
+	stop := context.AfterFunc(ctx, func() {
 		if grace > 0 {
 			t := time.NewTimer(grace)
 			<-t.C
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.watchGen == gen {
+		if s.watchGen == gen && !s.closing {
+			s.cutShort = true
 			s.expireLocked(ctx)
 		}
 	})
+	return sockWatch{s: s, stop: stop, gen: gen}
 }
 
-// expire makes the socket's blocking calls fail now, their errors wrapping ctx's.
+// armed reports whether w is a watch.
+func (w *sockWatch) armed() bool { return w.s != nil }
+
+// end ends the watch when its call returns, and reports whether it cut the socket's calls short:
+// the socket's deadline has passed, and the connection's protocol state is unknown. It does
+// nothing on no watch, or one that has ended.
+func (w *sockWatch) end() (cutShort bool) {
+	s := w.s
+	if s == nil {
+		return false
+	}
+	w.s = nil
+	w.stop()
+	return s.endWatch(w.gen)
+}
+
+// endWatch ends the armed watch gen (or whichever is armed, for gen ^uint64(0)): an expiry of it
+// that comes later does nothing. It reports whether the watch had cut the socket short.
+func (s *sockConn) endWatch(gen uint64) (cutShort bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.watching || (gen != anyWatch && gen != s.watchGen) {
+		return false
+	}
+	cutShort = s.cutShort
+	s.watching, s.cutShort = false, false
+	s.watchGen++
+	return cutShort
+}
+
+// anyWatch names, for endWatch, whichever watch is armed.
+const anyWatch = ^uint64(0)
+
+// expire makes the socket's blocking calls fail now, their errors wrapping ctx's, unless the
+// socket is being closed.
 func (s *sockConn) expire(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,6 +203,9 @@ func (s *sockConn) expire(ctx context.Context) {
 }
 
 func (s *sockConn) expireLocked(ctx context.Context) {
+	if s.closing {
+		return
+	}
 	err := context.Cause(ctx)
 	s.expiredBy.Store(&err)
 	s.Conn.SetDeadline(time.Now())
@@ -181,25 +242,6 @@ func (e *cutShortError) Error() string {
 
 func (e *cutShortError) Unwrap() []error { return []error{e.ctx, e.err} }
 func (e *cutShortError) Timeout() bool   { return true }
-
-// unwatch ends the watch; it reports false when the context ended meanwhile: the socket's
-// deadline may have passed, or may yet.
-func (s *sockConn) unwatch() bool {
-	if s.stop == nil {
-		return true
-	}
-	ok := s.stop()
-	s.stop = nil
-	s.endWatch()
-	return ok
-}
-
-// endWatch makes a pending expiry of the current watch do nothing.
-func (s *sockConn) endWatch() {
-	s.mu.Lock()
-	s.watchGen++
-	s.mu.Unlock()
-}
 
 // netConnSlot is the context key under which pool.dial asks gated's dialers for the socket of
 // the connection being made. Only dials that carry it are wrapped: pgx's cancel requests dial

@@ -1,8 +1,12 @@
 package gated
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
-// Stats is a snapshot of one gate and of the physical pool behind it. Gauges are ints, counters
+// Stats is a snapshot of one gate and of the physical pool behind it ([Connector.Stats],
+// [Connector.WorkloadStats], [Connector.AllStats]). Gauges are ints, counters
 // since the Connector was made are int64. Every admitted operation is counted in Admitted; every
 // attempt ends in exactly one of Admitted, RejectedFull, RejectedTimeout and Canceled. The
 // counters are kept whether or not an [Observer] is attached; gatedprom and gatedotel export them
@@ -34,13 +38,40 @@ type PoolStats struct {
 	Idle          int   // idle connections
 	InUse         int   // connections taken from the pool: bound to an operation, or being closed
 	Opened        int64 // connections opened
-	Closed        int64 // connections closed, the sum of the five Closed* counters below
-	ConnectErrors int64 // attempts to open a connection that failed while the caller's context was alive: the server's or network's failures
+	Closed        int64 // connections closed, the sum of the six Closed* counters below (ClosedFor)
+	ConnectErrors int64 // attempts to open a connection that failed before the caller's context ended or its deadline passed: the server's or network's failures
 
-	ConnectCanceled int64 // attempts to open a connection cut short because the caller's context ended
+	ConnectCanceled int64 // attempts to get a connection ready (open one, or check an idle one before reuse) cut short by the caller's context: canceled, or its deadline passed, however the driver reported it
 	ClosedBroken    int64 // closed because unusable after an operation (failed, busy, left in a transaction, canceled mid-statement)
 	ClosedLifetime  int64 // closed after gate_max_conn_lifetime
 	ClosedIdleTime  int64 // closed after gate_max_conn_idle_time idle
-	ClosedDeadIdle  int64 // found dead before reuse (killed while idle, server restart, failed reset)
+	ClosedDeadIdle  int64 // found dead before reuse while the caller's context was alive: the server or network closed it while idle (terminated backend, restart, failover), or its reset failed
 	ClosedByClose   int64 // closed by the Connector's Close
+	ClosedCanceled  int64 // closed because the caller's context cut its reuse check, or a statement that sent nothing, short (CloseCanceled)
+}
+
+// workloadObs is a gate's part of observability: its name, its two refusal errors, made once,
+// and the counters kept outside gate.mu, because they are counted where the gate's lock is not
+// held.
+type workloadObs struct {
+	name              string
+	full, timeout     error // *RejectedError of RejectFull and RejectTimeout: a refusal allocates nothing
+	statementTimeouts atomic.Int64
+	lockTimeouts      atomic.Int64
+	commitUnknown     atomic.Int64
+	refusals          summarizer // counts[0] full, counts[1] timeout
+}
+
+// init names the gate's workload and makes its refusal errors.
+func (w *workloadObs) init(name string) {
+	w.name = name
+	w.full = newRejectedError(name, RejectFull)
+	w.timeout = newRejectedError(name, RejectTimeout)
+}
+
+// stats fills the counters of s that workloadObs keeps.
+func (w *workloadObs) stats(s *Stats) {
+	s.StatementTimeouts = w.statementTimeouts.Load()
+	s.LockTimeouts = w.lockTimeouts.Load()
+	s.CommitUnknown = w.commitUnknown.Load()
 }

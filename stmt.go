@@ -65,7 +65,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
-	err := s.cn.run(ctx, false, func(pc *physConn) (err error) {
+	err := s.cn.runAs(ctx, opRows, func(pc *physConn) (err error) {
 		if err := s.cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
@@ -78,7 +78,10 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 			return err
 		})
 	})
-	return rows, err
+	if err != nil {
+		return nil, err
+	}
+	return s.cn.rowsOf(rows), nil
 }
 
 // onCopy runs use on pc's copy of the statement. A copy the server rejects as stale is evicted

@@ -19,9 +19,10 @@ import (
 //     (a sweep, when the registry's dead count moved), and a later Prepare of the same text
 //     makes a new share and new copies — never the old ones, whose plan a migration or a
 //     DISCARD ALL may have invalidated;
-//   - a copy the server no longer accepts (0A000 "cached plan must not change result type",
-//     26000 "prepared statement does not exist") is evicted, and the statement retried once
-//     when nothing else ran in the binding;
+//   - a copy the server refuses before running anything of it (0A000 "cached plan must not
+//     change result type", 26000 "prepared statement does not exist", each raised for the
+//     statement itself and not inside a procedure it calls; see staleRefusal) is evicted, and the
+//     statement retried once when nothing else ran in the binding;
 //   - at most maxCachedStmts copies are kept per connection, the oldest closed first;
 //   - none at all when the inner DSN asks for no named statements (innerConn.serverPrepares),
 //     as behind a transaction-pooling PgBouncer: the statement then runs unprepared (stmt.go).
@@ -94,15 +95,16 @@ func (pc *physConn) stmtFor(ctx context.Context, s *stmtShare) (driver.Stmt, err
 	return st, nil
 }
 
-// evictStale removes pc's copy of s when err says the server no longer accepts it, and reports
-// whether it did.
+// evictStale removes pc's copy of s when err says the server refused the copy itself before
+// running anything (refusedStale: a copy is always one statement sent with the extended protocol),
+// and reports whether it did. Any other failure leaves the copy in place and is not retried.
 func (pc *physConn) evictStale(err error, s *stmtShare) bool {
-	return staleState(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
+	return pc.inner.refusedStale(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
 }
 
-// evictQuery removes pc's copy of the statement for query, if any.
-func (pc *physConn) evictQuery(query string) {
-	pc.evict(func(ps physStmt) bool { return ps.share.query == query })
+// evictQuery removes pc's copy of the statement for query, and reports whether there was one.
+func (pc *physConn) evictQuery(query string) bool {
+	return pc.evict(func(ps physStmt) bool { return ps.share.query == query })
 }
 
 // evict closes and removes the first copy that match reports, and reports whether there was one.

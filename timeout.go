@@ -71,7 +71,7 @@ func (l limits) remaining(ctx context.Context) (time.Duration, bool) {
 func (l limits) txSet(ctx context.Context, pc *physConn) string {
 	rem, ok := l.remaining(ctx)
 	if !ok {
-		if pc.stmtMs == 0 {
+		if pc.sess.stmtMs == 0 {
 			return ""
 		}
 		return "set local statement_timeout to default"
@@ -81,7 +81,7 @@ func (l limits) txSet(ctx context.Context, pc *physConn) string {
 
 // sessionSet returns the statement that gives pc's session the statement limit for a statement
 // outside a transaction under ctx, "" when it is already in force, and the value for
-// physConn.stmtMs once it has run.
+// session.stmtMs once it has run.
 func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
 	var want int64 // the base
 	if rem, ok := l.remaining(ctx); ok {
@@ -91,7 +91,7 @@ func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
 		}
 	}
 	switch {
-	case want == pc.stmtMs:
+	case want == pc.sess.stmtMs:
 		return "", want
 	case want == 0:
 		return "reset statement_timeout", 0
@@ -114,7 +114,7 @@ func (l limits) applySession(ctx context.Context, pc *physConn) error {
 	if err := pc.inner.execSet(ctx, set); err != nil {
 		return err
 	}
-	pc.stmtMs = want
+	pc.sess.stmtMs = want
 	return nil
 }
 
@@ -190,7 +190,7 @@ func formatStatementTimeout(d time.Duration, deadline bool) string {
 // outside a transaction then sets it again. Only in deadline mode, where gated keeps that record.
 func (l limits) noteSessionChange(pc *physConn, query string) {
 	if l.deadline && (containsFold(query, "statement_timeout") || containsFold(query, "reset") || containsFold(query, "discard")) {
-		pc.stmtMs = -1
+		pc.sess.stmtMs = -1
 	}
 }
 

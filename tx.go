@@ -1,6 +1,7 @@
 package gated
 
 import (
+	"context"
 	"database/sql/driver"
 	"fmt"
 )
@@ -27,28 +28,38 @@ func (t *tx) Commit() error {
 	}
 	pc.sweep(t.cn.c.stmts)
 	pc.inner.checkBeforeWrite()
-	before := pc.inner.sent()
+	// A call of its own, under no context: database/sql gives Commit none, and the context of an
+	// earlier statement, ended or not, is none of the COMMIT's business.
+	cl := pc.startCall(context.Background())
 	start := t.cn.c.obs.now()
 	err := t.inner.Commit()
+	cl.end()
 	t.cn.c.obs.statement(t.cn.g, start, nil, err)
-	unknown := err != nil && pc.inner.commitUnknown(err, before)
+	unknown := err != nil && pc.inner.commitUnknown(err, cl.before)
 	err = hideBadConn(t.end(err))
 	if unknown {
 		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-		t.cn.c.obs.commitUnknown(t.cn.g, err)
+		t.cn.c.obs.commitUnknown(t.cn.g, t.cn.ctx, err)
 		return err
 	}
 	return err
 }
 
-// Rollback rolls the physical transaction back. Its error may be driver.ErrBadConn, as the
-// driver's: database/sql does not retry a rollback.
+// Rollback rolls the physical transaction back, as a call of its own. Its error may be
+// driver.ErrBadConn, as the driver's: database/sql does not retry a rollback.
 func (t *tx) Rollback() error {
-	if pc := t.cn.pc; pc != nil {
-		pc.sweep(t.cn.c.stmts)
-	}
+	pc := t.cn.pc
 	start := t.cn.c.obs.now()
-	err := t.end(t.inner.Rollback())
+	var err error
+	if pc != nil {
+		pc.sweep(t.cn.c.stmts)
+		cl := pc.startCall(context.Background())
+		err = t.inner.Rollback()
+		cl.end()
+	} else {
+		err = t.inner.Rollback()
+	}
+	err = t.end(err)
 	t.cn.c.obs.statement(t.cn.g, start, nil, err)
 	return err
 }

@@ -14,18 +14,18 @@ import (
 // interactive requests need, and they cannot take its. Budgets are hard: a workload never runs
 // more than its Concurrent operations, even while other gates are idle.
 //
-// In a Config built in code the zero values are taken literally (no queue, try once); the DSN
-// gives Queue the default Concurrent and QueueWait the default gate_queue_wait.
+// As in a Config, a zero Queue or QueueWait means the default, the workload's Concurrent and the
+// Config's QueueWait, as in gate_workloads; [None] means no queue, or no wait.
 type Workload struct {
 	// Name chooses the workload in [WithWorkload]: letters, digits, '_', '-' and '.', unique,
 	// not "default".
 	Name string
 	// Concurrent is the workload's B, at least 1.
 	Concurrent int
-	// Queue is the workload's Q, at least 0.
+	// Queue is the workload's Q (default Concurrent; None: no queue).
 	Queue int
-	// QueueWait is the longest an operation of the workload waits for an execution permit;
-	// zero means try once.
+	// QueueWait is the longest an operation of the workload waits for an execution permit
+	// (default the Config's QueueWait; None: try once).
 	QueueWait time.Duration
 }
 
@@ -93,8 +93,8 @@ func (c *Connector) WorkloadStats(name string) (Stats, bool) {
 	return s, true
 }
 
-// parseWorkloads reads gate_workloads: "name:B[:Q[:wait]],...". A missing wait is -1 until
-// ParseDSN knows gate_queue_wait.
+// parseWorkloads reads gate_workloads: "name:B[:Q[:wait]],...". A Q or wait not given is zero,
+// the default, and a 0 is None, as for the default gate's keys.
 func parseWorkloads(value string) ([]Workload, error) {
 	var ws []Workload
 	for item := range strings.SplitSeq(value, ",") {
@@ -102,44 +102,38 @@ func parseWorkloads(value string) ([]Workload, error) {
 		if len(fields) < 2 || len(fields) > 4 {
 			return nil, fmt.Errorf("workload %s: want name:B[:Q[:wait]]", shownValue(item))
 		}
-		w := Workload{Name: fields[0], QueueWait: -1}
+		w := Workload{Name: fields[0]}
 		var err error
 		if w.Concurrent, err = parseCount(fields[1], 1); err != nil {
 			return nil, fmt.Errorf("workload %s: B: %w", shownValue(w.Name), err)
 		}
-		w.Queue = w.Concurrent
 		if len(fields) > 2 {
-			if w.Queue, err = parseCount(fields[2], 0); err != nil {
+			if w.Queue, err = parseCountOrNone(fields[2]); err != nil {
 				return nil, fmt.Errorf("workload %s: Q: %w", shownValue(w.Name), err)
 			}
 		}
 		if len(fields) > 3 {
-			if w.QueueWait, err = parseDuration(fields[3]); err != nil {
+			if w.QueueWait, err = parseDurationOrNone(fields[3]); err != nil {
 				return nil, fmt.Errorf("workload %s: wait: %w", shownValue(w.Name), err)
 			}
 		}
 		ws = append(ws, w)
 	}
-	// The waits still to be defaulted (-1) are checked once they are known.
-	check := make([]Workload, len(ws))
-	for i, w := range ws {
-		check[i] = w
-		check[i].QueueWait = max(w.QueueWait, 0)
-	}
-	if _, err := checkWorkloads(check); err != nil {
+	if _, err := checkWorkloads(ws); err != nil {
 		return nil, err.(*DSNError).Err // set adds the key
 	}
 	return ws, nil
 }
 
-// formatWorkloads writes ws in the full form parseWorkloads reads back unchanged.
+// formatWorkloads writes ws, whose defaults are filled in, in the full form parseWorkloads reads
+// back unchanged.
 func formatWorkloads(ws []Workload) string {
 	var b strings.Builder
 	for i, w := range ws {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, w.Queue, w.QueueWait)
+		fmt.Fprintf(&b, "%s:%d:%d:%s", w.Name, w.Concurrent, orZero(w.Queue), orZero(w.QueueWait))
 	}
 	return b.String()
 }
@@ -162,10 +156,10 @@ func checkWorkloads(ws []Workload) (sumB int, err error) {
 			return bad("named twice")
 		case w.Concurrent < 1:
 			return bad("B is %d, want at least 1", w.Concurrent)
-		case w.Queue < 0:
-			return bad("Q is %d, want at least 0", w.Queue)
-		case w.QueueWait < 0:
-			return bad("wait %v is negative", w.QueueWait)
+		case w.Queue < 0 && w.Queue != None:
+			return bad("Q is %d, want at least 0 (0 is the default, B; gated.None no queue)", w.Queue)
+		case w.QueueWait < 0 && w.QueueWait != None:
+			return bad("wait %v is negative (0 is the default, gated.None no wait)", w.QueueWait)
 		}
 		seen[w.Name] = true
 		sumB += w.Concurrent

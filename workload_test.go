@@ -332,7 +332,7 @@ func TestGateNameSharesOneGateAndPool(t *testing.T) {
 	})
 }
 
-// Every setting of a Config but its Name, Observer and Logger must match for two Connectors to
+// Every setting of a Config but its Name, Observer, Logger and pgx hooks must match for two Connectors to
 // share a gate_name: a field added to Config and forgotten in sameGate would let two different
 // configurations share gates silently.
 func TestGateNameComparesEveryConfigField(t *testing.T) {
@@ -342,7 +342,7 @@ func TestGateNameComparesEveryConfigField(t *testing.T) {
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		switch f.Name {
-		case "Name", "Observer", "Logger":
+		case "Name", "Observer", "Logger", "PgxBeforeConnect", "PgxAfterConnect":
 			continue
 		}
 		other := *base

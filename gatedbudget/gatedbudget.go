@@ -4,7 +4,8 @@
 //
 // where instances is the peak number of application instances (the autoscaling maximum), surge
 // the extra instances a rolling deploy runs beside them, P the physical connections one instance
-// may open (the sum of gate_max_conns over its gated *sql.DB handles) and other everything else
+// may open (the sum of gate_max_conns over its gated pools: *sql.DB handles with the same
+// gate_name share one) and other everything else
 // that connects: administrators, migrations, cron jobs, monitoring. Connections the server keeps
 // for superusers (superuser_reserved_connections) and, from PostgreSQL 16 on, for roles with
 // pg_use_reserved_connections (reserved_connections) are not available to the application.
@@ -169,18 +170,55 @@ func Check(ctx context.Context, db *sql.DB, plan Plan) (Report, error) {
 	return Evaluate(s, plan)
 }
 
-// PerInstance returns P for gated DSNs: the sum of their gate_max_conns (10 where a DSN does not
-// set it). Errors are gated.ParseDSN's, which never contain a password.
+// PerInstance returns P for gated DSNs: the sum of gate_max_conns (10 where a DSN does not set
+// it) over their pools, each pool counted once: DSNs with the same gate_name share one gate set
+// and one pool in a process (see [Pools]). Errors are gated.ParseDSN's, which never contain a
+// password, or that DSNs sharing a gate_name give it different gate_max_conns.
 func PerInstance(dsns ...string) (int, error) {
+	pools, err := Pools(dsns...)
+	if err != nil {
+		return 0, err
+	}
 	p := 0
-	for _, dsn := range dsns {
-		cfg, err := gated.ParseDSN(dsn)
-		if err != nil {
-			return 0, err
-		}
-		p += cfg.MaxConns // ParseDSN applied the default
+	for _, pl := range pools {
+		p += pl.MaxConns
 	}
 	return p, nil
+}
+
+// A Pool is one physical pool of an instance: the pool of one DSN, or the one pool that DSNs
+// with the same gate_name share.
+type Pool struct {
+	Name     string // the gate_name; "" for a DSN without one
+	MaxConns int    // its gate_max_conns, P of this pool
+	DSNs     int    // how many of the DSNs use it
+}
+
+// Pools returns the distinct pools of dsns, in the order each first appears. DSNs with the same
+// gate_name share a pool, which counts once; their gate_max_conns must then be equal, as gated
+// itself requires when the second opens. Errors are gated.ParseDSN's, or that difference.
+func Pools(dsns ...string) ([]Pool, error) {
+	var pools []Pool
+	byName := map[string]int{}
+	for i, dsn := range dsns {
+		cfg, err := gated.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Name != "" {
+			if j, ok := byName[cfg.Name]; ok {
+				if pools[j].MaxConns != cfg.MaxConns {
+					return nil, fmt.Errorf("gated: budget: DSN %d shares gate_name %q with an earlier DSN but sets gate_max_conns %d, not %d; gated refuses to open it",
+						i+1, cfg.Name, cfg.MaxConns, pools[j].MaxConns)
+				}
+				pools[j].DSNs++
+				continue
+			}
+			byName[cfg.Name] = len(pools)
+		}
+		pools = append(pools, Pool{Name: cfg.Name, MaxConns: cfg.MaxConns, DSNs: 1}) // ParseDSN applied the default
+	}
+	return pools, nil
 }
 
 // Backends is one group of the server's client backends.

@@ -71,3 +71,21 @@ func TestPerInstanceSumsGateMaxConns(t *testing.T) {
 		t.Errorf("bad DSN: %v, want an error naming gate_max_conns without the password", err)
 	}
 }
+
+// TestPerInstanceCountsASharedPoolOnce: DSNs with the same gate_name share one pool in a
+// process, so its gate_max_conns counts once; a differing gate_max_conns is an error, as gated
+// would refuse to open the second.
+func TestPerInstanceCountsASharedPoolOnce(t *testing.T) {
+	p, err := PerInstance("postgres://h/db?gate_name=shop&gate_max_conns=30", "postgres://h/db?gate_name=shop&gate_max_conns=30", "postgres://h/other?gate_max_conns=5")
+	if err != nil || p != 35 {
+		t.Errorf("PerInstance = %d, %v; want 35 (shop's 30 once, and 5)", p, err)
+	}
+	pools, err := Pools("postgres://h/db?gate_name=shop&gate_max_conns=30", "postgres://h/db?gate_name=shop&gate_max_conns=30")
+	if err != nil || len(pools) != 1 || pools[0] != (Pool{Name: "shop", MaxConns: 30, DSNs: 2}) {
+		t.Errorf("Pools = %+v, %v", pools, err)
+	}
+	if _, err := PerInstance("postgres://app:s3cr3t@h/db?gate_name=shop&gate_max_conns=30", "postgres://app:s3cr3t@h/db?gate_name=shop&gate_max_conns=20"); err == nil ||
+		!strings.Contains(err.Error(), `gate_name "shop"`) || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("differing gate_max_conns under one gate_name: %v", err)
+	}
+}

@@ -10,7 +10,7 @@
 //	...
 //	if err != nil {
 //		if rj.WriteRejection(w, err) {
-//			return // 503 with Retry-After
+//			return // 503, Retry-After estimated from the gate that refused (the "reports" one here)
 //		}
 //		http.Error(w, "internal error", http.StatusInternalServerError)
 //	}
@@ -18,6 +18,18 @@
 // On the client:
 //
 //	client := &http.Client{Transport: gatedhttp.NewRetryTransport(nil, gatedhttp.RetryOptions{})}
+//
+// # What the client replays
+//
+// A 503 from a gated service does not prove that nothing ran: a handler may have committed a
+// write before its next query was refused. The retry transport therefore replays only what
+// net/http itself replays on a new connection: requests with an idempotent method (GET, HEAD,
+// OPTIONS, TRACE), and requests of any method that carry an Idempotency-Key or X-Idempotency-Key
+// header, and only when the body can be sent again (no body, http.NoBody, or GetBody). A POST
+// with GetBody but no key is sent once, and its caller gets the 503. To make a write retryable,
+// send a key the server uses to do the work once:
+//
+//	req.Header.Set("Idempotency-Key", orderID)
 //
 // The package uses only the standard library and gated's root package.
 package gatedhttp

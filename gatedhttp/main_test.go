@@ -3,7 +3,7 @@ package gatedhttp
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/gatedsql/gated/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { pgtest.Main(m) }

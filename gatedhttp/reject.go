@@ -1,6 +1,7 @@
 package gatedhttp
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -44,84 +45,120 @@ func writeRejection(w http.ResponseWriter, seconds int) {
 	http.Error(w, rejectionBody, http.StatusServiceUnavailable)
 }
 
-// A Rejecter answers the refusals of one gate with 503 and a Retry-After derived from that
-// gate's state. It is bound to a *gated.Connector (use gated.FromDB to find the one behind a
-// *sql.DB) because the error alone says only that the gate was full, not for how long.
+// A Rejecter answers the refusals of a gated *sql.DB with 503 and a Retry-After derived from
+// the state of the gate that refused: the workload a [gated.RejectedError] names (the default
+// gate for an error that names none). It is bound to a *gated.Connector (use gated.FromDB to
+// find the one behind a *sql.DB) because the error alone says which gate was full, not for how
+// long.
 //
 // A Rejecter is safe for concurrent use; make one per gated *sql.DB and share it between handlers.
 type Rejecter struct {
-	c *gated.Connector
+	c     *gated.Connector
+	gates map[string]*rateSampler // one per workload of c, made by NewRejecter; read-only
+	now   func() time.Time        // time.Now; tests replace it
+}
 
-	mu sync.Mutex
-	// Two samples of the gate's Admitted counter, guarded by mu: the rate is measured from prev
-	// to now, and prev is at least rateWindow old once the Rejecter has lived that long.
+// A rateSampler keeps two samples of one gate's Admitted counter: the rate is measured from
+// prev to cur, and prev is at least rateWindow old once the sampler has lived that long.
+type rateSampler struct {
+	mu                        sync.Mutex
 	prevAt, curAt             time.Time
 	prevAdmitted, curAdmitted int64
 }
 
-// NewRejecter returns a Rejecter for the gate of c. A nil c gives a Rejecter that behaves like
-// [WriteRejection] (Retry-After: 1), so that
+// NewRejecter returns a Rejecter for the gates of c, every workload's (c.AllStats). A nil c
+// gives a Rejecter that behaves like [WriteRejection] (Retry-After: 1), so that
 //
 //	c, _ := gated.FromDB(db)
 //	rj := gatedhttp.NewRejecter(c)
 //
 // works whether or not db is gated.
 func NewRejecter(c *gated.Connector) *Rejecter {
-	r := &Rejecter{c: c}
+	r := &Rejecter{c: c, gates: map[string]*rateSampler{}, now: time.Now}
 	if c != nil {
-		now, admitted := time.Now(), c.Stats().Admitted
-		r.prevAt, r.curAt = now, now
-		r.prevAdmitted, r.curAdmitted = admitted, admitted
+		now := r.now()
+		for name, s := range c.AllStats() {
+			r.gates[name] = &rateSampler{prevAt: now, curAt: now, prevAdmitted: s.Admitted, curAdmitted: s.Admitted}
+		}
 	}
 	return r
 }
 
-// WriteRejection is the package's [WriteRejection] with Retry-After set to [Rejecter.RetryAfter].
+// WriteRejection is the package's [WriteRejection] with Retry-After set to
+// [Rejecter.RetryAfterFor] err: the estimate of the gate that refused.
 func (r *Rejecter) WriteRejection(w http.ResponseWriter, err error) bool {
 	if !gated.IsRejected(err) {
 		return false
 	}
-	writeRejection(w, r.RetryAfter())
+	writeRejection(w, r.RetryAfterFor(err))
 	return true
 }
 
-// RetryAfter returns the Retry-After, in whole seconds from 1 to [MaxRetryAfter], that the
-// Rejecter would send now. It is the time the gate needs to work off what is inside it:
+// RetryAfter returns the Retry-After that the Rejecter would send now for a refusal by the
+// default gate; see [Rejecter.RetryAfterWorkload].
+func (r *Rejecter) RetryAfter() int { return r.RetryAfterWorkload(gated.DefaultWorkload) }
+
+// RetryAfterFor returns the Retry-After for err, a refusal: the estimate of the gate of the
+// workload its [gated.RejectedError] names, or of the default gate when it names none.
+func (r *Rejecter) RetryAfterFor(err error) int {
+	var re *gated.RejectedError
+	if errors.As(err, &re) {
+		return r.RetryAfterWorkload(re.Workload)
+	}
+	return r.RetryAfter()
+}
+
+// RetryAfterWorkload returns the Retry-After, in whole seconds from 1 to [MaxRetryAfter], that
+// the Rejecter would send now for a refusal by the gate of workload name ("" or "default" for
+// the default gate; 1 for a name the Connector does not have). It is the time that gate needs
+// to work off what is inside it:
 //
-//	backlog = Running + Waiting              operations ahead of a newcomer
-//	rate    = ΔAdmitted / Δt                 admissions per second over the last 1–2 s
+//	backlog = Running + Waiting              operations ahead of a newcomer, in that gate
+//	rate    = ΔAdmitted / Δt                 that gate's admissions per second, over the history kept
 //	wait    = backlog / rate                 rounded up to whole seconds, clamped to [1, MaxRetryAfter]
 //
-// The rate is sampled only when RetryAfter runs (no goroutine), so after more than 2 s without a
-// call the measurement starts again. An empty gate gives 1 (the refusal was a burst that has
-// passed); so does less than a second of history. When nothing was admitted for a whole second
-// while operations are inside, they take seconds each, and it gives MaxRetryAfter. The estimate is for the default gate: the error
-// does not say which workload refused.
-func (r *Rejecter) RetryAfter() int {
+// The history is two samples of the gate's Admitted counter, taken only when a Retry-After is
+// computed (no goroutine): Δt runs from the older sample, which is replaced by the newer once
+// that is rateWindow (1 s) old, so Δt is between 1 and 2 s once the Rejecter has been asked
+// for a second, and shorter before: the estimate then uses the history there is (half a second
+// in which 2 operations were admitted with 6 inside gives 6 / (2 / 0.5 s) = 1.5 s, so 2). After
+// more than 2 s without a call the history starts again, because a calm gate's rate was set by
+// demand, not capacity. The edge cases: an empty gate gives 1 (the refusal was a burst that has
+// passed); so does a history shorter than a second in which nothing was admitted; nothing
+// admitted for a whole second while operations are inside means they take seconds each, and
+// gives MaxRetryAfter.
+func (r *Rejecter) RetryAfterWorkload(name string) int {
 	if r.c == nil {
 		return 1
 	}
-	s := r.c.Stats()
-	now := time.Now()
+	if name == "" {
+		name = gated.DefaultWorkload
+	}
+	g := r.gates[name]
+	s, ok := r.c.WorkloadStats(name)
+	if g == nil || !ok {
+		return 1
+	}
+	now := r.now()
 
-	r.mu.Lock()
-	if now.Sub(r.curAt) > 2*rateWindow {
+	g.mu.Lock()
+	if now.Sub(g.curAt) > 2*rateWindow {
 		// No refusal for a while: the old samples describe a calmer gate, whose rate was set
 		// by demand rather than capacity. Start measuring again.
-		r.prevAt, r.prevAdmitted = now, s.Admitted
-		r.curAt, r.curAdmitted = now, s.Admitted
-	} else if now.Sub(r.curAt) >= rateWindow {
-		r.prevAt, r.prevAdmitted = r.curAt, r.curAdmitted
-		r.curAt, r.curAdmitted = now, s.Admitted
+		g.prevAt, g.prevAdmitted = now, s.Admitted
+		g.curAt, g.curAdmitted = now, s.Admitted
+	} else if now.Sub(g.curAt) >= rateWindow {
+		g.prevAt, g.prevAdmitted = g.curAt, g.curAdmitted
+		g.curAt, g.curAdmitted = now, s.Admitted
 	}
-	elapsed, admitted := now.Sub(r.prevAt), s.Admitted-r.prevAdmitted
-	r.mu.Unlock()
+	elapsed, admitted := now.Sub(g.prevAt), s.Admitted-g.prevAdmitted
+	g.mu.Unlock()
 
 	return retryAfterSeconds(s.Running+s.Waiting, admitted, elapsed)
 }
 
-// retryAfterSeconds is RetryAfter's estimate for backlog operations inside the gate and admitted
-// admissions during the last elapsed.
+// retryAfterSeconds is RetryAfterWorkload's estimate for backlog operations inside the gate and
+// admitted admissions during the last elapsed.
 func retryAfterSeconds(backlog int, admitted int64, elapsed time.Duration) int {
 	switch {
 	case backlog <= 0:

@@ -107,6 +107,8 @@ func TestRetryAfterSecondsEstimate(t *testing.T) {
 		{"backlog of exactly 2 s", 8, 6, 1500 * time.Millisecond, 2},
 		{"capped", 100, 1, time.Second, MaxRetryAfter},
 		{"no history yet", 10, 0, 200 * time.Millisecond, 1},
+		{"half a second of history", 6, 2, 500 * time.Millisecond, 2},
+		{"half a second of history, slow gate", 12, 2, 500 * time.Millisecond, 3},
 		{"nothing admitted for a second", 10, 0, time.Second, MaxRetryAfter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,6 +168,61 @@ func TestRejecterReadsTheGate(t *testing.T) {
 	checkUntouched(t, rec)
 
 	fd.Release("hold")
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("blocked operation: %v", err)
+		}
+	}
+}
+
+// TestRejecterAnswersWithTheRefusingGatesEstimate: a refusal by the batch workload gets the
+// batch gate's Retry-After, not the default gate's. The batch gate (B=1, Q=1) is full, 2
+// inside, and admitted 1 operation in the 1.5 s (a clock the test moves) since the Rejecter
+// was made: 2 / (1 / 1.5 s) = 3 s. The default gate is empty: 1.
+func TestRejecterAnswersWithTheRefusingGatesEstimate(t *testing.T) {
+	fd := fakedb.New()
+	db, err := gated.Open("gate_driver=" + fd.Register() + " gate_max_conns=2 gate_concurrent=1 gate_workloads=batch:1:1:1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c, _ := gated.FromDB(db)
+	clock := time.Now()
+	rj := NewRejecter(c)
+	rj.now = func() time.Time { return clock }
+
+	ctx := gated.WithWorkload(context.Background(), "batch")
+	done := make(chan error, 2)
+	for range 2 { // one runs and blocks, one waits behind it
+		go func() {
+			_, err := db.ExecContext(ctx, "BLOCK batch")
+			done <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s, _ := c.WorkloadStats("batch"); s.Running != 1 || s.Waiting != 1; s, _ = c.WorkloadStats("batch") {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch gate never filled: %+v", s)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not synchronizing
+	}
+	clock = clock.Add(1500 * time.Millisecond)
+
+	_, err = db.ExecContext(ctx, "SELECT 1")
+	var re *gated.RejectedError
+	if !errors.As(err, &re) || re.Workload != "batch" || re.Reason != gated.RejectFull || !errors.Is(err, gated.ErrAdmissionFull) {
+		t.Fatalf("refusal by batch: %v, want a RejectedError of batch, full, matching ErrAdmissionFull", err)
+	}
+	rec := httptest.NewRecorder()
+	if !rj.WriteRejection(rec, err) {
+		t.Fatal("WriteRejection = false for the batch gate's refusal")
+	}
+	checkRejection(t, rec, 3, 3)
+	if got := rj.RetryAfter(); got != 1 {
+		t.Errorf("RetryAfter of the empty default gate = %d, want 1", got)
+	}
+
+	fd.Release("batch")
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Errorf("blocked operation: %v", err)

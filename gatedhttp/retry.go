@@ -80,14 +80,19 @@ type RetryStats struct {
 
 // A RetryTransport is an http.RoundTripper that retries 503 Service Unavailable and 429 Too Many
 // Requests within a retry budget. Every other answer, and every transport error, is returned as
-// is: a 503 or 429 means the server refused the request before doing its work, while an error can
-// come after the server did it.
+// is.
 //
-// A request is retried only when all of these hold:
+// A 503 does not prove that nothing ran: a handler may commit a write and then be refused on its
+// next query (its [Rejecter.WriteRejection] answers 503 all the same). So the transport replays
+// only what net/http itself would replay on a new connection, a request that says repeating it is
+// harmless. A request is retried only when all of these hold:
 //
-//   - it can be replayed: its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and
-//     it has no body, or it has GetBody (http.NewRequest sets it for bytes and strings readers),
-//     whatever its method — a POST with GetBody is retried, because a 503 or 429 is a refusal;
+//   - it can be replayed: its method is idempotent (GET, HEAD, OPTIONS, TRACE), or it carries an
+//     Idempotency-Key or X-Idempotency-Key header (the server recognizes a repeated key and does
+//     the work once; net/http honours the header even with a nil value, which it does not send);
+//     and its body can be sent again: none, http.NoBody, or GetBody (http.NewRequest sets it for
+//     bytes and strings readers). GetBody alone only says that the body can be rebuilt: a POST,
+//     PUT, PATCH or DELETE without an idempotency key is sent once;
 //   - it has had fewer than MaxAttempts attempts;
 //   - the answer's Retry-After, if any, is at most MaxRetryAfter;
 //   - the wait (Retry-After plus the full-jitter backoff) ends before the request context's
@@ -191,19 +196,22 @@ func refused(status int) bool {
 	return status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests
 }
 
-// replayable reports whether req can be sent again (see RetryTransport).
+// replayable reports whether req may be sent again, by net/http's own rule for replaying a
+// request on a new connection (Request.isReplayable): its body can be sent again (none,
+// http.NoBody, or GetBody), and its method is idempotent (GET, HEAD, OPTIONS, TRACE) or it
+// carries an Idempotency-Key or X-Idempotency-Key header, present even with no value, by which
+// the client says that the server recognizes a repeat.
 func replayable(req *http.Request) bool {
-	if req.GetBody != nil {
-		return true
-	}
-	if req.Body != nil && req.Body != http.NoBody {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 		return false
 	}
 	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
 	}
-	return false
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // clone returns a copy of req for another attempt, with a fresh body from GetBody.

@@ -95,24 +95,40 @@ func TestRetryTransportRetriesOnly503And429(t *testing.T) {
 	}
 }
 
-// TestRetryTransportReplaysOnlyWhatItCan: a POST (or a PUT) whose body cannot be rebuilt is sent
-// once; with GetBody it is retried with the same body each time.
+// TestRetryTransportReplaysOnlyWhatItCan: net/http's rule for replaying a request. An idempotent
+// method (GET, HEAD, OPTIONS, TRACE), or any method with an Idempotency-Key or X-Idempotency-Key
+// header (present even with a nil value), is retried, with the same body each time, when the body
+// can be rebuilt; everything else is sent once, GetBody or not: a 503 does not prove that the
+// server did nothing.
 func TestRetryTransportReplaysOnlyWhatItCan(t *testing.T) {
 	opaque := func() io.Reader { return io.MultiReader(strings.NewReader("payload")) } // no GetBody
+	rebuilt := func() io.Reader { return strings.NewReader("payload") }                // GetBody
 	for _, tc := range []struct {
 		name         string
 		method       string
 		body         func() io.Reader
+		header       http.Header
 		wantAttempts int
 	}{
-		{"POST with GetBody", "POST", func() io.Reader { return strings.NewReader("payload") }, 3},
-		{"POST without GetBody", "POST", opaque, 1},
-		{"POST without body", "POST", nil, 1},
-		{"PUT with GetBody", "PUT", func() io.Reader { return strings.NewReader("payload") }, 3},
-		{"PUT without GetBody", "PUT", opaque, 1},
-		{"GET", "GET", nil, 3},
-		{"DELETE", "DELETE", nil, 3},
-		{"PATCH without body", "PATCH", nil, 1},
+		{"POST with GetBody", "POST", rebuilt, nil, 1},
+		{"POST with GetBody and Idempotency-Key", "POST", rebuilt, http.Header{"Idempotency-Key": {"k1"}}, 3},
+		{"POST with GetBody and X-Idempotency-Key", "POST", rebuilt, http.Header{"X-Idempotency-Key": {"k1"}}, 3},
+		{"POST with GetBody and a nil Idempotency-Key", "POST", rebuilt, http.Header{"Idempotency-Key": nil}, 3},
+		{"POST without GetBody", "POST", opaque, nil, 1},
+		{"POST without GetBody and with Idempotency-Key", "POST", opaque, http.Header{"Idempotency-Key": {"k1"}}, 1},
+		{"POST without body", "POST", nil, nil, 1},
+		{"PUT with GetBody", "PUT", rebuilt, nil, 1},
+		{"PUT with GetBody and Idempotency-Key", "PUT", rebuilt, http.Header{"Idempotency-Key": {"k1"}}, 3},
+		{"PUT without GetBody", "PUT", opaque, nil, 1},
+		{"GET", "GET", nil, nil, 3},
+		{"GET with GetBody", "GET", rebuilt, nil, 3},
+		{"GET without GetBody", "GET", opaque, nil, 1},
+		{"HEAD", "HEAD", nil, nil, 3},
+		{"OPTIONS", "OPTIONS", nil, nil, 3},
+		{"TRACE", "TRACE", nil, nil, 3},
+		{"DELETE", "DELETE", nil, nil, 1},
+		{"DELETE with Idempotency-Key", "DELETE", nil, http.Header{"Idempotency-Key": {"k1"}}, 3},
+		{"PATCH without body", "PATCH", nil, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -125,6 +141,9 @@ func TestRetryTransportReplaysOnlyWhatItCan(t *testing.T) {
 				req, err := http.NewRequest(tc.method, "http://svc/x", body)
 				if err != nil {
 					t.Fatal(err)
+				}
+				for k, v := range tc.header {
+					req.Header[k] = v
 				}
 				resp, err := rt.RoundTrip(req)
 				if err != nil {

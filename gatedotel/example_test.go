@@ -2,6 +2,7 @@ package gatedotel_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log"
 
@@ -11,28 +12,25 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// An Observer records the durations as histograms; Register adds the instruments read from
-// Stats at every collection. A ManualReader stands in here for an exporter.
+// Register attaches the Observer to a Connector (here one sql.Open made from a DSN) and adds
+// the instruments read from every workload's Stats at every collection. A ManualReader stands
+// in here for an exporter.
 func ExampleObserver_Register() {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
 
+	db, err := sql.Open("gated", "postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8&gate_workloads=batch:4:2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	c, _ := gated.FromDB(db)
+
 	obs, err := gatedotel.NewObserver(gatedotel.WithMeterProvider(mp), gatedotel.WithPoolName("shop"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg, err := gated.ParseDSN("postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8")
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg.Observer = obs
-	c, err := gated.NewConnector(cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	db := gated.OpenDB(c)
-	defer db.Close()
 	reg, err := obs.Register(c)
 	if err != nil {
 		log.Fatal(err)
@@ -48,13 +46,16 @@ func ExampleObserver_Register() {
 			switch m.Name {
 			case "db.client.connection.max", "gated.concurrent.limit", "gated.queue.limit":
 				for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
-					fmt.Println(m.Name, p.Value)
+					wl, _ := p.Attributes.Value(gatedotel.WorkloadKey)
+					fmt.Println(m.Name, wl.AsString(), p.Value)
 				}
 			}
 		}
 	}
-	// Output:
-	// db.client.connection.max 24
-	// gated.concurrent.limit 16
-	// gated.queue.limit 8
+	// Unordered output:
+	// db.client.connection.max  24
+	// gated.concurrent.limit default 16
+	// gated.concurrent.limit batch 4
+	// gated.queue.limit default 8
+	// gated.queue.limit batch 2
 }

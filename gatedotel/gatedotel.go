@@ -1,13 +1,38 @@
-// Package gatedotel exports a gated [gated.Connector] as OpenTelemetry metrics, following the
-// semantic conventions for database client connection pools, plus the gate's own instruments.
+// Package gatedotel exports a gated [gated.Connector] to OpenTelemetry: metrics following the
+// semantic conventions for database client connection pools plus the gate's own instruments, for
+// every workload, and gated's part of each operation on the span its context carries. A service
+// configured only by its DSN needs nothing else:
 //
+//	db, err := sql.Open("gated", dsn) // dsn with gate_workloads=batch:2:2, say
+//	...
+//	c, _ := gated.FromDB(db)
 //	obs, err := gatedotel.NewObserver(gatedotel.WithMeterProvider(mp), gatedotel.WithPoolName("shop"))
 //	...
-//	cfg.Observer = obs // cfg from gated.ParseDSN or gated.NewConfig
-//	c, err := gated.NewConnector(cfg)
-//	...
-//	reg, err := obs.Register(c) // the asynchronous instruments, read from c.Stats()
-//	defer reg.Unregister()
+//	reg, err := obs.Register(c) // attaches obs to c and registers the asynchronous instruments
+//	defer reg.Unregister()      // detaches it again
+//
+// # Traces
+//
+// When an operation's context carries a recording span (otelhttp's server span, otelsql's
+// client span, or your own), the Observer adds gated's part to it, as span events rather than
+// child spans: an event costs one small allocation on a span already being recorded, where a
+// child span costs a span of its own and its export on every database call, and Jaeger and
+// Tempo show an event as a timestamped log line on the span the user already looks at (its
+// attributes searchable in TraceQL). The events:
+//
+//   - gated.admitted, when the execution permit was granted, with gated.workload and
+//     gated.wait (the seconds from arriving at the gate); the span also gets gated.workload.
+//   - gated.rejected, with gated.workload and gated.rejected.reason (full | timeout); the span
+//     also gets both attributes, so that refused requests can be found by attribute.
+//   - gated.canceled, when the context ended while the operation waited.
+//   - gated.commit_unknown, with gated.workload, when Commit failed with ErrCommitUnknown; the
+//     error is recorded on the span (RecordError) and its status set to Error: somebody has to
+//     find out whether the transaction was applied.
+//
+// A context without a recording span costs one context lookup and no allocation. Turn the
+// trace events off with [WithoutTraces].
+//
+// # Metrics
 //
 // The names follow semantic conventions v1.43.0 (the Go module
 // go.opentelemetry.io/otel/semconv/v1.43.0, model/db/metrics.yaml of
@@ -32,20 +57,24 @@
 // ({operation}); gated.server_timeouts (by gated.server_timeout.kind = statement | lock),
 // gated.commit_unknown; gated.connect.duration and gated.statement.duration (s); and for the
 // pool gated.connections.opened, gated.connections.closed (by gated.close.reason),
-// gated.connect.errors and gated.connect.canceled. Counters are read from Stats, so they equal
-// it exactly.
+// gated.connect.errors and gated.connect.canceled. Every workload of the Connector
+// ([gated.Connector.AllStats]) has its series, present from the first collection;
+// db.client.connection.pending_requests and db.client.connection.timeouts add up all workloads.
+// Counters are read from Stats, so they equal it exactly.
 package gatedotel
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/obsexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The instrumentation scope.
@@ -57,6 +86,15 @@ const (
 	RejectReasonKey = attribute.Key("gated.rejected.reason")     // "full" or "timeout"
 	TimeoutKindKey  = attribute.Key("gated.server_timeout.kind") // "statement" or "lock"
 	CloseReasonKey  = attribute.Key("gated.close.reason")        // gated.CloseReason's String
+	WaitKey         = attribute.Key("gated.wait")                // on the gated.admitted span event: seconds from arriving at the gate to the execution permit
+)
+
+// The names of the span events the Observer adds (see the package documentation).
+const (
+	EventAdmitted      = "gated.admitted"
+	EventRejected      = "gated.rejected"
+	EventCanceled      = "gated.canceled"
+	EventCommitUnknown = "gated.commit_unknown"
 )
 
 const (
@@ -74,6 +112,7 @@ type Option func(*options)
 type options struct {
 	mp       metric.MeterProvider
 	poolName string
+	noTraces bool
 }
 
 // WithMeterProvider sets the MeterProvider (default otel.GetMeterProvider()).
@@ -83,19 +122,33 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options)
 // process its own.
 func WithPoolName(name string) Option { return func(o *options) { o.poolName = name } }
 
-// An Observer records gated's durations into OpenTelemetry histograms and, once [Observer.Register]
-// is called, reports a Connector's gauges and counters. Attach it with [gated.Config.Observer].
-// It is safe for concurrent use and takes no lock on the path of an operation.
+// WithoutTraces stops the Observer from adding events to the spans of operations' contexts.
+func WithoutTraces() Option { return func(o *options) { o.noTraces = true } }
+
+// An Observer records gated's durations into OpenTelemetry histograms, adds gated's part of an
+// operation to the span in its context, and, once [Observer.Register] is called, reports a
+// Connector's gauges and counters for every workload. Register attaches it to the Connector
+// (unless it is already the Connector's Config.Observer), so a Connector made by sql.Open from a
+// DSN gets everything. It is safe for concurrent use and takes no lock on the path of an
+// operation.
 type Observer struct {
 	meter    metric.Meter
 	poolName string
 	pool     []metric.RecordOption // the pool attribute, precomputed
+	traces   bool
 
 	waitTime, useTime, createTime metric.Float64Histogram
 	connectTime, statementTime    metric.Float64Histogram
 
-	workloads atomic.Pointer[map[string][]metric.RecordOption] // precomputed attributes, copied on write
-	mu        sync.Mutex                                       // serializes writers of workloads
+	workloads *obsexport.Workloads[*workloadAttrs]
+}
+
+// workloadAttrs are one workload's attributes, precomputed.
+type workloadAttrs struct {
+	record   []metric.RecordOption // pool name and workload, for the histograms
+	observe  metric.ObserveOption  // the same, for the asynchronous instruments
+	name     attribute.KeyValue    // gated.workload alone, for spans
+	rejected [3]attribute.KeyValue // gated.rejected.reason by gated.RejectReason
 }
 
 // NewObserver makes the Observer's histograms on the MeterProvider. Errors are those of the
@@ -108,10 +161,22 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if o.mp == nil {
 		o.mp = otel.GetMeterProvider()
 	}
-	obs := &Observer{meter: o.mp.Meter(scopeName), poolName: o.poolName}
-	obs.pool = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(semconv.DBClientConnectionPoolName(o.poolName)))}
-	obs.workloads.Store(&map[string][]metric.RecordOption{})
-	buckets := metric.WithExplicitBucketBoundaries(.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+	obs := &Observer{meter: o.mp.Meter(scopeName), poolName: o.poolName, traces: !o.noTraces}
+	poolName := semconv.DBClientConnectionPoolName(o.poolName)
+	obs.pool = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(poolName))}
+	obs.workloads = obsexport.NewWorkloads(func(name string) *workloadAttrs {
+		set := attribute.NewSet(poolName, WorkloadKey.String(name))
+		return &workloadAttrs{
+			record:  []metric.RecordOption{metric.WithAttributeSet(set)},
+			observe: metric.WithAttributeSet(set),
+			name:    WorkloadKey.String(name),
+			rejected: [3]attribute.KeyValue{
+				gated.RejectFull:    RejectReasonKey.String(gated.RejectFull.String()),
+				gated.RejectTimeout: RejectReasonKey.String(gated.RejectTimeout.String()),
+			},
+		}
+	})
+	buckets := metric.WithExplicitBucketBoundaries(obsexport.Buckets()...)
 	for _, h := range []struct {
 		dst        *metric.Float64Histogram
 		name, desc string
@@ -130,8 +195,8 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	return obs, nil
 }
 
-// Observe records e in its histogram; events without a duration are ignored (Register reads
-// the counters from Stats).
+// Observe records e in its histogram, and gated's part of the operation on the span of
+// e.Context; the counters are read from Stats by Register's callback.
 func (o *Observer) Observe(e gated.Event) {
 	var h metric.Float64Histogram
 	switch e.Kind {
@@ -144,41 +209,89 @@ func (o *Observer) Observe(e gated.Event) {
 	case gated.EventStatement:
 		h = o.statementTime
 	case gated.EventConnOpened:
-		o.createTime.Record(context.Background(), e.Duration.Seconds(), o.pool...)
+		o.createTime.Record(ctxOf(e), e.Duration.Seconds(), o.pool...)
+		return
+	case gated.EventRejectedFull, gated.EventRejectedTimeout, gated.EventCanceled, gated.EventCommitUnknown:
+		if o.traces {
+			o.trace(e)
+		}
 		return
 	default:
 		return
 	}
-	h.Record(context.Background(), e.Duration.Seconds(), o.workload(e.Workload)...)
+	w := o.workloads.Get(e.Workload)
+	// The operation's context, so that an exemplar can link the measurement to its trace.
+	h.Record(ctxOf(e), e.Duration.Seconds(), w.record...)
+	if e.Kind == gated.EventAdmitted && o.traces {
+		o.trace(e)
+	}
 }
 
-// workload returns the precomputed attributes of name, making them the first time.
-func (o *Observer) workload(name string) []metric.RecordOption {
-	if a, ok := (*o.workloads.Load())[name]; ok {
-		return a
+// ctxOf is the event's context, or Background for events without one.
+func ctxOf(e gated.Event) context.Context {
+	if e.Context == nil {
+		return context.Background()
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old := *o.workloads.Load()
-	if a, ok := old[name]; ok {
-		return a
-	}
-	m := make(map[string][]metric.RecordOption, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	a := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
-		semconv.DBClientConnectionPoolName(o.poolName), WorkloadKey.String(name)))}
-	m[name] = a
-	o.workloads.Store(&m)
-	return a
+	return e.Context
 }
 
-// Register registers the asynchronous instruments that read c.Stats() at every collection:
-// the semantic conventions' counts, limits, pending requests and timeouts, and the gate's own
-// gauges and counters. Call Unregister on the result to stop. Register does not need the
-// Observer to be c's: with sql.Open's Connector (found with gated.FromDB) the histograms stay
-// empty and everything else works.
+// trace adds e to the recording span of its context, if any.
+func (o *Observer) trace(e gated.Event) {
+	if e.Context == nil {
+		return
+	}
+	span := trace.SpanFromContext(e.Context)
+	if !span.IsRecording() {
+		return
+	}
+	o.traceSlow(span, e)
+}
+
+func (o *Observer) traceSlow(span trace.Span, e gated.Event) {
+	w := o.workloads.Get(e.Workload)
+	switch e.Kind {
+	case gated.EventAdmitted:
+		span.SetAttributes(w.name)
+		span.AddEvent(EventAdmitted, trace.WithAttributes(w.name, WaitKey.Float64(e.Duration.Seconds())))
+	case gated.EventRejectedFull, gated.EventRejectedTimeout:
+		reason := gated.RejectFull
+		if e.Kind == gated.EventRejectedTimeout {
+			reason = gated.RejectTimeout
+		}
+		span.SetAttributes(w.name, w.rejected[reason])
+		span.AddEvent(EventRejected, trace.WithAttributes(w.name, w.rejected[reason]))
+	case gated.EventCanceled:
+		span.AddEvent(EventCanceled, trace.WithAttributes(w.name))
+	case gated.EventCommitUnknown:
+		span.AddEvent(EventCommitUnknown, trace.WithAttributes(w.name))
+		if e.Err != nil {
+			span.RecordError(e.Err, trace.WithTimestamp(time.Now()))
+		}
+		span.SetStatus(codes.Error, "gated: commit outcome unknown")
+	}
+}
+
+// A registration is Register's result: the callback's and the attachment's undoing.
+type registration struct {
+	metric.Registration
+	detach func()
+}
+
+// Unregister unregisters the callback and detaches the Observer from the Connector.
+func (r registration) Unregister() error {
+	r.detach()
+	return r.Registration.Unregister()
+}
+
+// Register attaches o to c ([gated.Connector.Attach]; not when o is c's Config().Observer
+// already) and registers the asynchronous instruments that read c.AllStats() at every
+// collection: the semantic conventions' counts, limits, pending requests and timeouts, and the
+// gate's own gauges and counters for every workload. Call Unregister on the result to stop
+// both. Register an Observer with one Connector, and give each Connector of a process an
+// Observer of its own with its own pool name. Observers attached side by side each get every
+// event (gated fans them out), so an o that c's Config.Observer reaches some other way (a
+// function calling it) would see every event twice: put o itself in Config.Observer, or
+// nothing.
 func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	m := o.meter
 	var insts []metric.Observable
@@ -217,57 +330,61 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	commitUnknown := ctr("gated.commit_unknown", "{commit}", "Commits whose outcome is unknown.")
 	opened := ctr("gated.connections.opened", connectionUnit, "Physical connections opened.")
 	closed := ctr("gated.connections.closed", connectionUnit, "Physical connections closed, by reason.")
-	connectErrors := ctr("gated.connect.errors", "{attempt}", "Attempts to open a connection that failed while the caller's context was alive.")
-	connectCanceled := ctr("gated.connect.canceled", "{attempt}", "Attempts to open a connection cut short by the caller's context.")
+	connectErrors := ctr("gated.connect.errors", "{attempt}", "Attempts to open a connection that failed before the caller's context ended: the server's or network's failures.")
+	connectCanceled := ctr("gated.connect.canceled", "{attempt}", "Attempts to get a connection ready (dial or reuse check) cut short by the caller's context or deadline.")
 	if err != nil {
 		return nil, err
 	}
 
+	o.workloads.Prepare(c)
 	poolName := semconv.DBClientConnectionPoolName(o.poolName)
 	poolOnly := metric.WithAttributes(poolName)
 	idle := metric.WithAttributes(poolName, semconv.DBClientConnectionStateIdle)
 	used := metric.WithAttributes(poolName, semconv.DBClientConnectionStateUsed)
-	return m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-		s := c.Stats()
-		// One gate today; with named workloads, loop over them here (Connector.WorkloadStats).
-		wl := metric.WithAttributes(poolName, WorkloadKey.String(gated.DefaultWorkload))
-		with := func(kv attribute.KeyValue) metric.ObserveOption {
-			return metric.WithAttributes(poolName, WorkloadKey.String(gated.DefaultWorkload), kv)
+	reg, err := m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		var pool gated.PoolStats
+		var allWaiting, allTimeouts int64
+		for name, s := range c.AllStats() {
+			pool = s.Pool
+			allWaiting += int64(s.Waiting)
+			allTimeouts += s.RejectedTimeout
+			wl := o.workloads.Get(name).observe
+			with := func(kv attribute.KeyValue) metric.ObserveOption {
+				return metric.WithAttributes(poolName, WorkloadKey.String(name), kv)
+			}
+			ob.ObserveInt64(running, int64(s.Running), wl)
+			ob.ObserveInt64(waiting, int64(s.Waiting), wl)
+			ob.ObserveInt64(concurrent, int64(s.Concurrent), wl)
+			ob.ObserveInt64(queue, int64(s.Queue), wl)
+			ob.ObserveInt64(admitted, s.Admitted, wl)
+			for reason, n := range obsexport.Rejected(&s) {
+				ob.ObserveInt64(rejected, n, with(RejectReasonKey.String(reason)))
+			}
+			ob.ObserveInt64(canceled, s.Canceled, wl)
+			ob.ObserveInt64(serverTimeouts, s.StatementTimeouts, with(TimeoutKindKey.String("statement")))
+			ob.ObserveInt64(serverTimeouts, s.LockTimeouts, with(TimeoutKindKey.String("lock")))
+			ob.ObserveInt64(commitUnknown, s.CommitUnknown, wl)
 		}
-		ob.ObserveInt64(count, int64(s.Pool.Idle), idle)
-		ob.ObserveInt64(count, int64(s.Pool.InUse), used)
-		ob.ObserveInt64(maxConns, int64(s.Pool.MaxConns), poolOnly)
-		ob.ObserveInt64(idleMax, int64(s.Pool.MaxConns), poolOnly)
-		ob.ObserveInt64(pending, int64(s.Waiting), poolOnly)
-		ob.ObserveInt64(timeouts, s.RejectedTimeout, poolOnly)
-
-		ob.ObserveInt64(running, int64(s.Running), wl)
-		ob.ObserveInt64(waiting, int64(s.Waiting), wl)
-		ob.ObserveInt64(concurrent, int64(s.Concurrent), wl)
-		ob.ObserveInt64(queue, int64(s.Queue), wl)
-		ob.ObserveInt64(admitted, s.Admitted, wl)
-		ob.ObserveInt64(rejected, s.RejectedFull, with(RejectReasonKey.String("full")))
-		ob.ObserveInt64(rejected, s.RejectedTimeout, with(RejectReasonKey.String("timeout")))
-		ob.ObserveInt64(canceled, s.Canceled, wl)
-		ob.ObserveInt64(serverTimeouts, s.StatementTimeouts, with(TimeoutKindKey.String("statement")))
-		ob.ObserveInt64(serverTimeouts, s.LockTimeouts, with(TimeoutKindKey.String("lock")))
-		ob.ObserveInt64(commitUnknown, s.CommitUnknown, wl)
-
-		ob.ObserveInt64(opened, s.Pool.Opened, poolOnly)
-		for _, r := range [...]struct {
-			reason gated.CloseReason
-			n      int64
-		}{
-			{gated.CloseBroken, s.Pool.ClosedBroken},
-			{gated.CloseLifetime, s.Pool.ClosedLifetime},
-			{gated.CloseIdleTime, s.Pool.ClosedIdleTime},
-			{gated.CloseDeadIdle, s.Pool.ClosedDeadIdle},
-			{gated.CloseConnector, s.Pool.ClosedByClose},
-		} {
-			ob.ObserveInt64(closed, r.n, metric.WithAttributes(poolName, CloseReasonKey.String(r.reason.String())))
+		ob.ObserveInt64(count, int64(pool.Idle), idle)
+		ob.ObserveInt64(count, int64(pool.InUse), used)
+		ob.ObserveInt64(maxConns, int64(pool.MaxConns), poolOnly)
+		ob.ObserveInt64(idleMax, int64(pool.MaxConns), poolOnly)
+		ob.ObserveInt64(pending, allWaiting, poolOnly)
+		ob.ObserveInt64(timeouts, allTimeouts, poolOnly)
+		ob.ObserveInt64(opened, pool.Opened, poolOnly)
+		for reason, n := range obsexport.Closed(&pool) {
+			ob.ObserveInt64(closed, n, metric.WithAttributes(poolName, CloseReasonKey.String(reason)))
 		}
-		ob.ObserveInt64(connectErrors, s.Pool.ConnectErrors, poolOnly)
-		ob.ObserveInt64(connectCanceled, s.Pool.ConnectCanceled, poolOnly)
+		ob.ObserveInt64(connectErrors, pool.ConnectErrors, poolOnly)
+		ob.ObserveInt64(connectCanceled, pool.ConnectCanceled, poolOnly)
 		return nil
 	}, insts...)
+	if err != nil {
+		return nil, err
+	}
+	detach := func() {}
+	if cfgObs, _ := c.Config().Observer.(*Observer); cfgObs != o {
+		detach = c.Attach(o)
+	}
+	return registration{Registration: reg, detach: detach}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/obstest"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -44,16 +45,7 @@ func setup(t *testing.T, params string) (*sql.DB, *gated.Connector, *fakedb.Driv
 	return db, c, fd, reader
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = obstest.WaitFor
 
 // point is one data point: an int64 sum or gauge value, or a histogram count.
 type point struct {

@@ -2,6 +2,7 @@ package gatedprom
 
 import (
 	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/obsexport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -25,25 +26,38 @@ func WithDatabase(name string) Option {
 	}
 }
 
-// WithObserver names the Observer whose histograms the collector exports, when it is not
-// c.Config().Observer itself (for example when that is a function feeding several observers).
-// Nil exports no histograms.
+// WithObserver names the Observer whose histograms the collector exports, when it is neither
+// c's Config().Observer nor to be made by the collector (for example when the Config's Observer
+// is a function feeding several). The collector then attaches nothing. Nil exports no
+// histograms.
 func WithObserver(obs *Observer) Option {
 	return func(o *options) { o.obs, o.obsSet = obs, true }
 }
 
 // NewCollector returns a prometheus.Collector for c: the metrics listed in the package
-// documentation, gauges and counters read from c.Stats() at every scrape, histograms from the
-// Observer in c's Config (or the one given with [WithObserver]); without an Observer the
-// histograms are left out. Register it once per Connector. It is safe for concurrent use and
-// keeps working after c is closed (the counters then stay as they were).
+// documentation for every workload of c, gauges and counters read from c.AllStats() at every
+// scrape, histograms from an Observer. That Observer is the one given with [WithObserver], or
+// c's Config().Observer when it is a *[Observer], or else one the collector makes and attaches
+// to c with [gated.Connector.Attach], so that a Connector from sql.Open and a DSN exports its
+// histograms too. Collectors attach their own Observers side by side (gated fans every event
+// out to each): two collectors of one Connector each export every histogram, and registering
+// both in one registry fails as for any duplicate metric. Register one per Connector (with
+// [WithDatabase] to tell several apart). It is safe for concurrent use and keeps working after
+// c is closed (the counters then stay as they were).
 func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if !o.obsSet {
-		o.obs, _ = c.Config().Observer.(*Observer)
+		var ok bool
+		if o.obs, ok = c.Config().Observer.(*Observer); !ok {
+			o.obs = NewObserver()
+			c.Attach(o.obs)
+		}
+	}
+	if o.obs != nil {
+		o.obs.workloads.Prepare(c)
 	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, o.constLabels)
@@ -71,7 +85,7 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 		opened:        d("gated_connections_opened_total", "Physical connections opened."),
 		closed:        d("gated_connections_closed_total", "Physical connections closed, by reason.", "reason"),
 		connectErrors: d("gated_connect_errors_total", "Attempts to open a physical connection that failed while the caller's context was alive: the server's or network's failures."),
-		connectCanc:   d("gated_connect_canceled_total", "Attempts to open a physical connection cut short because the caller's context ended."),
+		connectCanc:   d("gated_connect_canceled_total", "Attempts to get a physical connection ready (dial or reuse check) cut short by the caller's context or deadline."),
 	}
 	return col
 }
@@ -101,19 +115,7 @@ func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// workloadStats is one gate's snapshot. There is one gate today; with named workloads this is
-// where each gets its own (Connector.WorkloadStats).
-func (col *collector) workloadStats() []struct {
-	name string
-	s    gated.Stats
-} {
-	return []struct {
-		name string
-		s    gated.Stats
-	}{{gated.DefaultWorkload, col.c.Stats()}}
-}
-
-// Collect reads c.Stats() once per gate and sends every metric.
+// Collect reads every gate's Stats once (c.AllStats) and sends every metric.
 func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -122,16 +124,16 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	var pool gated.PoolStats
-	for _, w := range col.workloadStats() {
-		s, name := w.s, w.name
+	for name, s := range col.c.AllStats() {
 		pool = s.Pool
 		gauge(col.running, float64(s.Running), name)
 		gauge(col.waiting, float64(s.Waiting), name)
 		gauge(col.concurrent, float64(s.Concurrent), name)
 		gauge(col.queue, float64(s.Queue), name)
 		counter(col.admitted, s.Admitted, name)
-		counter(col.rejected, s.RejectedFull, name, "full")
-		counter(col.rejected, s.RejectedTimeout, name, "timeout")
+		for reason, n := range obsexport.Rejected(&s) {
+			counter(col.rejected, n, name, reason)
+		}
 		counter(col.canceled, s.Canceled, name)
 		counter(col.serverTimeouts, s.StatementTimeouts, name, "statement")
 		counter(col.serverTimeouts, s.LockTimeouts, name, "lock")
@@ -151,17 +153,8 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(col.conns, float64(pool.InUse), "in_use")
 	gauge(col.connsMax, float64(pool.MaxConns))
 	counter(col.opened, pool.Opened)
-	for _, r := range [...]struct {
-		reason gated.CloseReason
-		n      int64
-	}{
-		{gated.CloseBroken, pool.ClosedBroken},
-		{gated.CloseLifetime, pool.ClosedLifetime},
-		{gated.CloseIdleTime, pool.ClosedIdleTime},
-		{gated.CloseDeadIdle, pool.ClosedDeadIdle},
-		{gated.CloseConnector, pool.ClosedByClose},
-	} {
-		counter(col.closed, r.n, r.reason.String())
+	for reason, n := range obsexport.Closed(&pool) {
+		counter(col.closed, n, reason)
 	}
 	counter(col.connectErrors, pool.ConnectErrors)
 	counter(col.connectCanc, pool.ConnectCanceled)

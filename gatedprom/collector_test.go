@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/obstest"
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -26,43 +27,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// openFake opens a gated DB on a new fake driver, with obs (which may be nil) attached.
-func openFake(t testing.TB, params string, obs gated.Observer) (*sql.DB, *gated.Connector, *fakedb.Driver) {
-	t.Helper()
-	fd := fakedb.New()
-	db, c := openWith(t, "gate_driver="+fd.Register()+" "+params, obs)
-	return db, c, fd
-}
-
-// openWith opens a gated DB for dsn with obs (which may be nil) attached.
-func openWith(t testing.TB, dsn string, obs gated.Observer) (*sql.DB, *gated.Connector) {
-	t.Helper()
-	cfg, err := gated.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if obs != nil {
-		cfg.Observer = obs
-	}
-	c, err := gated.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := gated.OpenDB(c)
-	t.Cleanup(func() { db.Close() })
-	return db, c
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var (
+	openFake = obstest.OpenFake
+	openWith = obstest.OpenWith
+	waitFor  = obstest.WaitFor
+)
 
 // gather returns the registry's metrics by name.
 func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
@@ -162,19 +131,35 @@ func TestCollectorExportsStatsAndHistograms(t *testing.T) {
 	}
 }
 
-func TestCollectorWithoutObserverLeavesOutHistograms(t *testing.T) {
+// TestCollectorAttachesItsOwnObserver: a Connector made without an Observer (as sql.Open makes
+// one) gets the histograms from the collector's own, attached when it was made; they count the
+// operations admitted since. WithObserver(nil) leaves them out and attaches nothing.
+func TestCollectorAttachesItsOwnObserver(t *testing.T) {
 	db, c, _ := openFake(t, "gate_max_conns=1", nil)
-	if err := db.Ping(); err != nil {
+	if err := db.Ping(); err != nil { // before the collector: in the counters only
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(c))
-	fams := gather(t, reg)
-	if fams["gated_wait_seconds"] != nil {
-		t.Error("histogram exported without an Observer")
+	for range 3 {
+		if err := db.Ping(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if v := metric(t, fams, "gated_admitted_total").GetCounter().GetValue(); v != 1 {
-		t.Errorf("gated_admitted_total = %v", v)
+	fams := gather(t, reg)
+	if v := metric(t, fams, "gated_admitted_total").GetCounter().GetValue(); v != 4 {
+		t.Errorf("gated_admitted_total = %v, want 4", v)
+	}
+	for _, name := range []string{"gated_wait_seconds", "gated_connect_seconds", "gated_hold_seconds", "gated_statement_seconds"} {
+		if n := metric(t, fams, name, "workload", "default").GetHistogram().GetSampleCount(); n != 3 {
+			t.Errorf("%s count = %d, want the 3 operations since the collector was made", name, n)
+		}
+	}
+
+	reg2 := prometheus.NewRegistry()
+	reg2.MustRegister(NewCollector(c, WithObserver(nil)))
+	if fams := gather(t, reg2); fams["gated_wait_seconds"] != nil {
+		t.Error("histogram exported with WithObserver(nil)")
 	}
 }
 
@@ -207,6 +192,18 @@ func TestObserverAllocatesNothingPerOperation(t *testing.T) {
 	without, with := allocs(nil), allocs(NewObserver())
 	if with != without {
 		t.Errorf("QueryRowContext allocates %v times with the Prometheus observer, %v without", with, without)
+	}
+	// The same with the Observer the collector attaches itself.
+	db, c, _ := openFake(t, "gate_max_conns=2", nil)
+	NewCollector(c)
+	ctx := context.Background()
+	var v int
+	if attached := testing.AllocsPerRun(500, func() {
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+	}); attached != without {
+		t.Errorf("QueryRowContext allocates %v times with the collector's attached observer, %v without", attached, without)
 	}
 	obs := NewObserver()
 	obs.Observe(gated.Event{Kind: gated.EventAdmitted, Workload: "w"})

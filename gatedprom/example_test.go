@@ -1,6 +1,7 @@
 package gatedprom_test
 
 import (
+	"database/sql"
 	"fmt"
 	"log"
 	"strings"
@@ -10,21 +11,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NewCollector exports a Connector's Stats, and the histograms of its Observer, to Prometheus.
-// Every gate metric has the label workload; WithDatabase tells the Connectors of one process
-// apart.
+// NewCollector exports a Connector's Stats, every workload's, and the histograms of the
+// Observer it attaches itself, to Prometheus: a *sql.DB from sql.Open and its DSN is all it
+// needs. Every gate metric has the label workload; WithDatabase tells the Connectors of one
+// process apart.
 func ExampleNewCollector() {
-	cfg, err := gated.ParseDSN("postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8")
+	db, err := sql.Open("gated", "postgres://app@db:5432/shop?sslmode=disable&gate_max_conns=24&gate_concurrent=16&gate_queue=8&gate_workloads=batch:4:2")
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg.Observer = gatedprom.NewObserver() // the four histograms; no allocation per operation
-	c, err := gated.NewConnector(cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	db := gated.OpenDB(c)
 	defer db.Close()
+	c, _ := gated.FromDB(db)
 
 	reg := prometheus.NewRegistry() // or prometheus.MustRegister, for the default registry
 	reg.MustRegister(gatedprom.NewCollector(c, gatedprom.WithDatabase("shop")))
@@ -46,7 +43,9 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
+	// gated_concurrent_limit{database=shop,workload=batch} 4
 	// gated_concurrent_limit{database=shop,workload=default} 16
 	// gated_connections_max{database=shop} 24
+	// gated_queue_limit{database=shop,workload=batch} 2
 	// gated_queue_limit{database=shop,workload=default} 8
 }

@@ -1,77 +1,67 @@
-// Package gatedprom exports a gated [gated.Connector] to Prometheus: the gate's gauges and
-// counters read from [gated.Connector.Stats] at scrape time, so that they equal Stats exactly,
-// and four duration histograms per workload recorded by an [Observer] attached to the
-// Connector's Config.
+// Package gatedprom exports a gated [gated.Connector] to Prometheus: every gate's gauges and
+// counters read from [gated.Connector.AllStats] at scrape time, so that they equal Stats exactly,
+// and four duration histograms per workload recorded by an [Observer] that the collector
+// attaches to the Connector itself. A service configured only by its DSN needs nothing else:
 //
-//	obs := gatedprom.NewObserver()
-//	cfg, err := gated.ParseDSN(dsn)
+//	db, err := sql.Open("gated", dsn) // dsn with gate_workloads=batch:2:2, say
 //	...
-//	cfg.Observer = obs
-//	c, err := gated.NewConnector(cfg)
-//	...
-//	db := gated.OpenDB(c)
+//	c, _ := gated.FromDB(db)
 //	prometheus.MustRegister(gatedprom.NewCollector(c, gatedprom.WithDatabase("shop")))
-//
-// Without the Observer (for example for a *sql.DB from sql.Open, found with [gated.FromDB]) the
-// collector exports everything but the histograms.
 //
 // # Metrics
 //
-// Every gate metric has the label workload ("default" for the gate of gate_concurrent). Gauges:
-// gated_running, gated_waiting, gated_concurrent_limit (B), gated_queue_limit (Q). Counters:
-// gated_admitted_total, gated_rejected_total{reason="full"|"timeout"}, gated_canceled_total,
-// gated_server_timeouts_total{kind="statement"|"lock"}, gated_commit_unknown_total. Histograms
-// (seconds, buckets 100 µs to 10 s): gated_wait_seconds (arrival at the gate to the execution
-// permit), gated_connect_seconds (permit to a ready physical connection), gated_hold_seconds
-// (permit to the end of the binding), gated_statement_seconds (each call into the inner
-// driver).
+// Every gate metric has the label workload, one series per gate the Connector has ("default"
+// for the gate of gate_concurrent, then every gate_workloads name), present at zero from the
+// start. Gauges: gated_running, gated_waiting, gated_concurrent_limit (B), gated_queue_limit
+// (Q). Counters: gated_admitted_total, gated_rejected_total{reason="full"|"timeout"},
+// gated_canceled_total, gated_server_timeouts_total{kind="statement"|"lock"},
+// gated_commit_unknown_total. Histograms (seconds, buckets 100 µs to 10 s): gated_wait_seconds
+// (arrival at the gate to the execution permit), gated_connect_seconds (permit to a ready
+// physical connection), gated_hold_seconds (permit to the end of the binding),
+// gated_statement_seconds (each call into the inner driver). The count of gated_wait_seconds
+// is the workload's admitted operations, as gated_admitted_total, for everything admitted since
+// the collector was made.
 //
 // The physical pool, shared by all workloads: gated_connections{state="idle"|"in_use"},
 // gated_connections_max (P), gated_connections_opened_total,
-// gated_connections_closed_total{reason="broken"|"lifetime"|"idle_time"|"dead_idle"|"close"},
+// gated_connections_closed_total{reason="broken"|"lifetime"|"idle_time"|"dead_idle"|"close"|"canceled"},
 // gated_connect_errors_total (the server's or network's failures) and
-// gated_connect_canceled_total (attempts cut short by the caller's context).
+// gated_connect_canceled_total (dials and reuse checks cut short by the caller's context).
 package gatedprom
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/obsexport"
 )
 
-// bucketBounds are the histograms' upper bounds in seconds: database work from a pooled
-// connection hand-over (100 µs) to a query that should have been cancelled (10 s).
-var bucketBounds = [...]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+const numBuckets = len(obsexport.BucketBounds)
 
-const numBuckets = len(bucketBounds)
-
-// boundNanos are bucketBounds as durations, for comparing without converting every observation.
+// boundNanos are the bucket bounds as durations, for comparing without converting every
+// observation.
 var boundNanos = func() (b [numBuckets]time.Duration) {
-	for i, s := range bucketBounds {
+	for i, s := range obsexport.BucketBounds {
 		b[i] = time.Duration(s * float64(time.Second))
 	}
 	return b
 }()
 
 // Buckets returns the upper bounds, in seconds, of every histogram gatedprom exports.
-func Buckets() []float64 { return append([]float64(nil), bucketBounds[:]...) }
+func Buckets() []float64 { return obsexport.Buckets() }
 
 // An Observer records gated's durations into histograms, one set per workload, for the
-// collector of [NewCollector]. Attach it with [gated.Config.Observer]. It is safe for concurrent
-// use, allocates nothing per event (only the first time a workload is seen) and takes no lock on
-// the path of an operation: every bucket is an atomic counter.
+// collector of [NewCollector], which makes and attaches one itself: make one only to put it in
+// [gated.Config.Observer] before the Connector exists, and [NewCollector] finds it there. It is
+// safe for concurrent use, allocates nothing per event (only the first time a workload is seen)
+// and takes no lock on the path of an operation: every bucket is an atomic counter.
 type Observer struct {
-	last      atomic.Pointer[workloadHists]             // the workload seen last: most events are for one
-	workloads atomic.Pointer[map[string]*workloadHists] // copied on write
-
-	mu sync.Mutex // serializes writers of workloads
+	workloads *obsexport.Workloads[*workloadHists]
 }
 
 // workloadHists are one workload's histograms.
 type workloadHists struct {
-	name                           string
 	wait, connect, hold, statement histogram
 }
 
@@ -97,7 +87,7 @@ func (h *histogram) snapshot() (buckets map[float64]uint64, count uint64, sum fl
 	buckets = make(map[float64]uint64, numBuckets)
 	for i := range numBuckets {
 		count += h.counts[i].Load()
-		buckets[bucketBounds[i]] = count
+		buckets[obsexport.BucketBounds[i]] = count
 	}
 	count += h.counts[numBuckets].Load()
 	return buckets, count, time.Duration(h.sum.Load()).Seconds()
@@ -105,9 +95,7 @@ func (h *histogram) snapshot() (buckets map[float64]uint64, count uint64, sum fl
 
 // NewObserver returns an Observer with no workloads yet.
 func NewObserver() *Observer {
-	o := &Observer{}
-	o.workloads.Store(&map[string]*workloadHists{})
-	return o
+	return &Observer{workloads: obsexport.NewWorkloads(func(string) *workloadHists { return &workloadHists{} })}
 }
 
 // Observe records e's duration in its workload's histogram; events without one are ignored
@@ -130,26 +118,4 @@ func (o *Observer) Observe(e gated.Event) {
 }
 
 // workload returns the histograms of name, making them the first time.
-func (o *Observer) workload(name string) *workloadHists {
-	if w := o.last.Load(); w != nil && w.name == name {
-		return w
-	}
-	if w := (*o.workloads.Load())[name]; w != nil {
-		o.last.Store(w)
-		return w
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	old := *o.workloads.Load()
-	if w := old[name]; w != nil {
-		return w
-	}
-	m := make(map[string]*workloadHists, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	w := &workloadHists{name: name}
-	m[name] = w
-	o.workloads.Store(&m)
-	return w
-}
+func (o *Observer) workload(name string) *workloadHists { return o.workloads.Get(name) }

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatedsql/gated"
-	"github.com/gatedsql/gated/mysqltest"
 	"go.uber.org/goleak"
+
+	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/internal/testwait"
+	"github.com/gatedsql/gated/mysqltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,7 +41,7 @@ func gatedDB(t *testing.T, params string) (*sql.DB, *gated.Connector) {
 		t.Fatal("FromDB: not a gated DB")
 	}
 	t.Cleanup(func() {
-		waitFor(t, 20*time.Second, "every permit back and no connection in use", func() bool {
+		waitFor(t, "every permit back and no connection in use", func() bool {
 			s := c.Stats()
 			return s.Running == 0 && s.Waiting == 0 && s.Pool.InUse == 0
 		})
@@ -47,7 +49,11 @@ func gatedDB(t *testing.T, params string) (*sql.DB, *gated.Connector) {
 		if s.Pool.Open != s.Pool.Idle {
 			t.Errorf("Pool.Open = %d, Pool.Idle = %d after every operation ended", s.Pool.Open, s.Pool.Idle)
 		}
-		if s.Pool.Closed != s.Pool.ClosedBroken+s.Pool.ClosedLifetime+s.Pool.ClosedIdleTime+s.Pool.ClosedDeadIdle+s.Pool.ClosedByClose {
+		var sum int64
+		for r := range gated.CloseReasons() {
+			sum += s.Pool.ClosedFor(r)
+		}
+		if s.Pool.Closed != sum {
 			t.Errorf("Pool.Closed = %d is not the sum of its reasons: %+v", s.Pool.Closed, s.Pool)
 		}
 		if s.Pool.Opened-s.Pool.Closed != int64(s.Pool.Open) {
@@ -84,17 +90,8 @@ func table(t *testing.T, plain *sql.DB) string {
 	return name
 }
 
-// waitFor polls cond until it holds, failing t after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: still not %s", limit, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds (testwait.For).
+var waitFor = testwait.For
 
 func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 	t.Helper()
@@ -207,7 +204,7 @@ func TestWaitsEnd(t *testing.T) {
 			var one int
 			done <- db.QueryRow("SELECT 1").Scan(&one)
 		}()
-		waitFor(t, 10*time.Second, "one waiter", func() bool { return c.Stats().Waiting == 1 })
+		waitFor(t, "one waiter", func() bool { return c.Stats().Waiting == 1 })
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +228,7 @@ func TestWaitsEnd(t *testing.T) {
 			_, err := db.ExecContext(ctx, "SELECT 1")
 			done <- err
 		}()
-		waitFor(t, 10*time.Second, "one waiter", func() bool { return c.Stats().Waiting == 1 })
+		waitFor(t, "one waiter", func() bool { return c.Stats().Waiting == 1 })
 		cancel()
 		err = <-done
 		if !errors.Is(err, gated.ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
@@ -326,7 +323,7 @@ func cancelSleep(t *testing.T, db *sql.DB, c *gated.Connector, plain *sql.DB, ga
 		var r int
 		done <- db.QueryRowContext(ctx, query).Scan(&r)
 	}()
-	waitFor(t, 10*time.Second, "the statement running on the server", shown)
+	waitFor(t, "the statement running on the server", shown)
 	cancel()
 	canceledAt := time.Now()
 	err := <-done
@@ -378,7 +375,7 @@ func TestConnectionKilledWhileIdleIsReplaced(t *testing.T) {
 	if _, err := plain.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the killed session gone", func() bool {
+	waitFor(t, "the killed session gone", func() bool {
 		return count(t, plain, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id) == 0
 	})
 	var id2 int64
@@ -430,7 +427,7 @@ func TestCountersAddUp(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 20*time.Second, "every permit back", func() bool { return c.Stats().Running == 0 })
+	waitFor(t, "every permit back", func() bool { return c.Stats().Running == 0 })
 	s := c.Stats()
 	if got := s.Admitted + s.RejectedFull + s.RejectedTimeout + s.Canceled; got != n {
 		t.Fatalf("Admitted %d + RejectedFull %d + RejectedTimeout %d + Canceled %d = %d, want %d",
@@ -441,4 +438,53 @@ func TestCountersAddUp(t *testing.T) {
 			s, ok.Load(), full.Load(), timeout.Load(), canceled.Load())
 	}
 	t.Logf("admitted %d, full %d, timeout %d, canceled %d", s.Admitted, s.RejectedFull, s.RejectedTimeout, s.Canceled)
+}
+
+// TestShortDeadlinesOnAHealthyServerAreNotServerFailures: 200 operations under deadlines from 0
+// to 4 ms, shorter than opening a MySQL session and often than a reuse check, on a healthy
+// server: whatever the driver reports when the deadline cuts a dial or a check short, it counts
+// in ConnectCanceled, never in ConnectErrors or ClosedDeadIdle, and the error says the deadline
+// passed.
+func TestShortDeadlinesOnAHealthyServerAreNotServerFailures(t *testing.T) {
+	db, c := gatedDB(t, "gate_max_conns=4&gate_concurrent=4&gate_queue=200&gate_queue_wait=10s")
+	const ops, workers = 200, 4
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < ops; i += workers {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if i%4 != 0 { // every fourth without a deadline: idle connections to reuse
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%40)*100*time.Microsecond)
+				}
+				var one int
+				err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every permit back", func() bool { s := c.Stats(); return s.Running == 0 && s.Pool.InUse == 0 })
+	for _, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("an operation cut short by its deadline failed with %v, which does not match context.DeadlineExceeded", err)
+		}
+	}
+	s := c.Stats().Pool
+	t.Logf("%d of %d operations cut short; pool %+v", len(errs), ops, s)
+	if s.ConnectErrors != 0 || s.ClosedDeadIdle != 0 {
+		t.Errorf("ConnectErrors = %d, ClosedDeadIdle = %d on a healthy server, want 0 (ConnectCanceled %d, ClosedCanceled %d)",
+			s.ConnectErrors, s.ClosedDeadIdle, s.ConnectCanceled, s.ClosedCanceled)
+	}
+	if len(errs) == 0 {
+		t.Error("no operation was cut short: the deadlines did not test anything")
+	}
 }

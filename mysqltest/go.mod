@@ -3,7 +3,7 @@ module github.com/gatedsql/gated/mysqltest
 go 1.26.0
 
 require (
-	github.com/gatedsql/gated v0.0.0-00010101000000-000000000000
+	github.com/gatedsql/gated v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	go.uber.org/goleak v1.3.0
 )

@@ -68,6 +68,7 @@ type config struct {
 
 	Queries            []string // overload queries to run (names of overloadQueries)
 	Overhead, Overload bool     // sections to run
+	Observe            string   // overhead: what is attached to gated ("", "metrics", "traces"; observe.go)
 	Quick              bool     // smoke run
 	Note               string   // free text for the report (for example "machine shared")
 	CPUProfile         string   // write a CPU profile of the whole run here
@@ -130,6 +131,7 @@ func parseFlags(args []string) (config, string, error) {
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per overhead cell, contender and round")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each closed-loop measurement (overhead cells, capacity)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved overhead rounds")
+	fs.StringVar(&cfg.Observe, "observe", cfg.Observe, "attach to gated in the overhead cells: `metrics` (gatedprom's collector and gatedotel's Observer) or traces (the same, and every contender's operations in sampled spans); empty for nothing")
 	fs.DurationVar(&cfg.CapacityFor, "capacity", cfg.CapacityFor, "closed-loop capacity measurement per overload query")
 	fs.Float64Var(&cfg.Unloaded, "unloaded", cfg.Unloaded, "offered load, as a fraction of capacity, of the unloaded-latency measurement")
 	fs.IntVar(&cfg.MaxInflight, "max-inflight", cfg.MaxInflight, "cap on overload arrivals in flight; arrivals beyond it are dropped and counted")
@@ -231,6 +233,8 @@ func (c *config) validate() error {
 		c.Q = c.B
 	}
 	switch {
+	case c.Observe != observeNone && c.Observe != observeMetrics && c.Observe != observeTraces:
+		return fmt.Errorf("-observe: %q is not metrics, traces or empty", c.Observe)
 	case c.P < 1:
 		return errors.New("-P must be at least 1")
 	case c.B < 1 || c.B > c.P:

@@ -213,10 +213,17 @@ func openOverheadContenders(ctx context.Context, cfg config, table string) ([]co
 		return nil, err
 	}
 
+	obs, err := attachObservers(cfg.Observe, gdb)
+	if err != nil {
+		plain.Close()
+		gdb.Close()
+		pool.Close()
+		return nil, err
+	}
 	return []contender{
-		{name: plainName, ops: sqlOps(plain, insert), close: func() { plain.Close() }},
-		{name: gatedName, ops: sqlOps(gdb, insert), close: func() { gdb.Close() }},
-		{name: nativeName, ops: poolOps(pool, insert), close: pool.Close},
+		{name: plainName, ops: obs.wrapOps(sqlOps(plain, insert)), close: func() { plain.Close() }},
+		{name: gatedName, ops: obs.wrapOps(sqlOps(gdb, insert)), close: func() { obs.close(); gdb.Close() }},
+		{name: nativeName, ops: obs.wrapOps(poolOps(pool, insert)), close: pool.Close},
 	}, nil
 }
 

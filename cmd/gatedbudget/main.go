@@ -3,7 +3,8 @@
 //	(instances + surge) × P + other ≤ max_connections − superuser_reserved_connections − reserved_connections
 //
 // It reads the three settings from the server, takes P from the application's gated DSNs (the sum
-// of their gate_max_conns) and the rest from flags, prints the formula with the numbers, the
+// of their pools' gate_max_conns: DSNs with the same gate_name share one pool, counted once) and
+// the rest from flags, prints the formula with the numbers, the
 // headroom and the largest P per instance that fits, and exits 0 when the plan fits, 1 when it
 // does not, and 2 on a usage or connection error. Messages never contain a password.
 //
@@ -13,8 +14,9 @@
 // Flags:
 //
 //	-dsn        a gated DSN of the application (repeatable, one per gated *sql.DB of an
-//	            instance; default $DATABASE_URL). P is the sum of their gate_max_conns; the first
-//	            is used to connect, and all must name the same server.
+//	            instance; default $DATABASE_URL). P is the sum of their gate_max_conns, a pool
+//	            shared by DSNs of one gate_name counted once; the first is used to connect, and
+//	            all must name the same server.
 //	-instances  peak instances: the autoscaling maximum (default 1)
 //	-surge      extra instances during a rolling deploy (default 0)
 //	-other      connections of everything else: admin, migrations, jobs, monitoring (default 0)
@@ -114,12 +116,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fail("%v", err)
 	}
 	if len(dsns) > 1 {
-		parts := make([]string, len(dsns))
-		for i, d := range dsns {
-			n, _ := gatedbudget.PerInstance(d)
-			parts[i] = fmt.Sprint(n)
+		pools, _ := gatedbudget.Pools(dsns...) // PerInstance succeeded with the same DSNs
+		parts := make([]string, len(pools))
+		for i, pl := range pools {
+			parts[i] = fmt.Sprint(pl.MaxConns)
+			if pl.DSNs > 1 {
+				parts[i] += fmt.Sprintf(" (gate_name %s, shared by %d DSNs)", pl.Name, pl.DSNs)
+			}
 		}
-		fmt.Fprintf(stdout, "P per instance: %s = %d (gate_max_conns of %d DSNs)\n", strings.Join(parts, " + "), p, len(dsns))
+		plural := "s"
+		if len(pools) == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(stdout, "P per instance: %s = %d (gate_max_conns of %d DSNs, %d pool%s)\n", strings.Join(parts, " + "), p, len(dsns), len(pools), plural)
 	}
 	fmt.Fprint(stdout, report)
 	if *live {
@@ -182,32 +191,17 @@ func sameServer(dsns []string) error {
 	return nil
 }
 
-// scrub removes the DSNs' passwords from msg. gated's errors never contain one; this also covers
-// errors of the inner driver and of the network.
+// scrub removes the DSNs' passwords from msg, with gated's redactor: gated's errors never contain
+// one; this also covers errors of the inner driver and of the network. A password that pgconn
+// takes from the environment or a password file rather than the DSN goes too.
 func scrub(msg string, dsns []string) string {
 	for _, dsn := range dsns {
-		var secrets []string
+		msg = gated.Redact(msg, dsn)
 		if cfg, err := gated.ParseDSN(dsn); err == nil {
 			if pc, err := pgconn.ParseConfig(cfg.DSN); err == nil && pc.Password != "" {
-				secrets = append(secrets, pc.Password, url.QueryEscape(pc.Password), url.PathEscape(pc.Password))
+				u := url.URL{Scheme: "postgres", User: url.UserPassword("", pc.Password), Host: "h"}
+				msg = gated.Redact(msg, u.String())
 			}
-		}
-		if _, rest, ok := strings.Cut(dsn, "://"); ok {
-			// By hand rather than url.Parse, which refuses a malformed URL that may still hold one.
-			if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-				rest = rest[:i]
-			}
-			if at := strings.LastIndex(rest, "@"); at >= 0 {
-				if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-					secrets = append(secrets, pw)
-					if dec, err := url.PathUnescape(pw); err == nil {
-						secrets = append(secrets, dec)
-					}
-				}
-			}
-		}
-		for _, s := range secrets {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
 		}
 	}
 	return msg

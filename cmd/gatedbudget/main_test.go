@@ -73,11 +73,15 @@ func TestBudgetOnPrivateClusterAtTheBoundary(t *testing.T) {
 		{"fits exactly with P summed over two DSNs", []string{
 			"-dsn", withParams(c.URL(), "gate_max_conns=3"), "-dsn", withParams(c.URL(), "gate_max_conns=2"),
 			"-instances", "2", "-surge", "1", "-other", "1",
-		}, 0, []string{"P per instance: 3 + 2 = 5 (gate_max_conns of 2 DSNs)", "× P 5 + other 1 = 16", "16 − 16 = 0: fits"}},
+		}, 0, []string{"P per instance: 3 + 2 = 5 (gate_max_conns of 2 DSNs, 2 pools)", "× P 5 + other 1 = 16", "16 − 16 = 0: fits"}},
 		{"one over with P summed over two DSNs", []string{
 			"-dsn", withParams(c.URL(), "gate_max_conns=3"), "-dsn", withParams(c.URL(), "gate_max_conns=2"),
 			"-instances", "2", "-surge", "1", "-other", "2",
 		}, 1, []string{"× P 5 + other 2 = 17", "16 − 17 = -1: does NOT fit", "largest P per instance that fits: 4"}},
+		{"a pool shared by gate_name counts once", []string{
+			"-dsn", withParams(c.URL(), "gate_name=shop&gate_max_conns=4"), "-dsn", withParams(c.URL(), "gate_name=shop&gate_max_conns=4"),
+			"-instances", "2", "-surge", "1", "-other", "4",
+		}, 0, []string{"P per instance: 4 (gate_name shop, shared by 2 DSNs) = 4 (gate_max_conns of 2 DSNs, 1 pool)", "× P 4 + other 4 = 16", "16 − 16 = 0: fits"}},
 		{"P one above the largest that fits", []string{
 			"-dsn", withParams(c.URL(), "gate_max_conns=3"), "-dsn", withParams(c.URL(), "gate_max_conns=3"),
 			"-instances", "2", "-surge", "1", "-other", "1",

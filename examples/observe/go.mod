@@ -3,8 +3,8 @@ module github.com/gatedsql/gated/examples/observe
 go 1.26.0
 
 require (
-	github.com/gatedsql/gated v0.0.0
-	github.com/gatedsql/gated/gatedprom v0.0.0
+	github.com/gatedsql/gated v0.1.0
+	github.com/gatedsql/gated/gatedprom v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0
@@ -21,6 +21,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

@@ -16,8 +16,9 @@
 //	statement_timeout=50ms  SET LOCAL statement_timeout
 //	lock_timeout=50ms       SET LOCAL lock_timeout
 //
-// It answers 200, 503 with Retry-After when the gate refuses (gated.IsRejected), 504 when the
-// deadline passed, and 500 with the error otherwise. The gate's settings come from the DSN's
+// It answers 200, 503 when the gate refuses (gatedhttp.Rejecter: a Retry-After estimated from
+// the state of the gate that refused, and a body that says the service is overloaded, not the
+// error), 504 when the deadline passed, and 500 with the error otherwise. The gate's settings come from the DSN's
 // gate_ keys; without any, a small gate (B=2, Q=2, 250 ms wait) makes overload easy to see.
 //
 // examples/observe is a module of its own because it imports gatedprom (client_golang), which
@@ -39,6 +40,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/gatedhttp"
 	"github.com/gatedsql/gated/gatedprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -70,20 +72,23 @@ func main() {
 	log.Fatal(http.ListenAndServe(*addr, svc.Handler()))
 }
 
-// A service is the example's HTTP service: a gated DB and the registry its metrics are in.
+// A service is the example's HTTP service: a gated DB, the registry its metrics are in and the
+// Rejecter that answers refusals.
 type service struct {
 	db  *sql.DB
 	c   *gated.Connector
 	reg *prometheus.Registry
+	rj  *gatedhttp.Rejecter
 }
 
-// newService opens dsn through gated with a Prometheus observer and logger attached.
+// newService opens dsn through gated with a logger attached, and registers its metrics: the
+// collector attaches the Observer of its histograms itself. (A service without a Logger needs
+// no Config at all: sql.Open("gated", dsn), gated.FromDB, gatedprom.NewCollector.)
 func newService(dsn string, logger *slog.Logger) (*service, error) {
 	cfg, err := gated.ParseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Observer = gatedprom.NewObserver() // the histograms
 	cfg.Logger = logger
 	c, err := gated.NewConnector(cfg)
 	if err != nil {
@@ -91,7 +96,7 @@ func newService(dsn string, logger *slog.Logger) (*service, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(gatedprom.NewCollector(c, gatedprom.WithDatabase("app")))
-	return &service{db: gated.OpenDB(c), c: c, reg: reg}, nil
+	return &service{db: gated.OpenDB(c), c: c, reg: reg, rj: gatedhttp.NewRejecter(c)}, nil
 }
 
 // Handler serves /work and /metrics.
@@ -129,9 +134,7 @@ func (s *service) work(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		fmt.Fprintln(w, "ok")
-	case gated.IsRejected(err):
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case s.rj.WriteRejection(w, err): // 503 with the refusing gate's Retry-After
 	case errors.Is(err, context.DeadlineExceeded):
 		http.Error(w, err.Error(), http.StatusGatewayTimeout)
 	default:

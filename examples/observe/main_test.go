@@ -9,16 +9,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/gatedsql/gated"
-	"github.com/gatedsql/gated/internal/pgtest"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gatedsql/gated"
+	"github.com/gatedsql/gated/gatedhttp"
+	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -27,16 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var waitFor = testwait.For
 
 var lockKeys atomic.Int64
 
@@ -119,8 +113,16 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	go func() { waiter <- get(t, ts.URL, "/work") }()
 	waitFor(t, "one waiter", func() bool { return svc.c.Stats().Waiting == 1 })
 	// ...so B+Q is used up and the next one is refused at once (503).
-	if code := get(t, ts.URL, "/work"); code != 503 {
-		t.Errorf("admission full: %d, want 503", code)
+	if resp, err := http.Get(ts.URL + "/work"); err != nil {
+		t.Error(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 503 || err != nil || ra < 1 || ra > gatedhttp.MaxRetryAfter ||
+			strings.Contains(string(body), "gated:") {
+			t.Errorf("admission full: %d, Retry-After %q, body %q; want 503 from the Rejecter, without the error's text",
+				resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
 	}
 	if code := <-waiter; code != 503 {
 		t.Errorf("admission timeout: %d, want 503", code)
@@ -191,6 +193,7 @@ func checkAgainstStats(t *testing.T, fams map[string]*dto.MetricFamily, s gated.
 		{"gated_connections_closed_total", []string{"reason", "idle_time"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedIdleTime)},
 		{"gated_connections_closed_total", []string{"reason", "dead_idle"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedDeadIdle)},
 		{"gated_connections_closed_total", []string{"reason", "close"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedByClose)},
+		{"gated_connections_closed_total", []string{"reason", "canceled"}, dto.MetricType_COUNTER, float64(s.Pool.ClosedCanceled)},
 		{"gated_connect_errors_total", nil, dto.MetricType_COUNTER, float64(s.Pool.ConnectErrors)},
 		{"gated_connect_canceled_total", nil, dto.MetricType_COUNTER, float64(s.Pool.ConnectCanceled)},
 	} {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/gatedsql/gated" // registers the driver "gated"; pgx v5 is the default inner driver
+	"github.com/gatedsql/gated/gatedhttp"
 )
 
 // At most 24 physical connections, 16 operations using the database, 8 waiting (each for at most
@@ -21,11 +22,13 @@ func main() {
 		log.Fatal(err)
 	}
 
+	c, _ := gated.FromDB(db)
+	rj := gatedhttp.NewRejecter(c) // answers refusals with 503 and a Retry-After from the gate
+
 	http.HandleFunc("GET /answer", func(w http.ResponseWriter, r *http.Request) {
 		var answer int
 		err := db.QueryRowContext(r.Context(), "SELECT 42").Scan(&answer)
-		if gated.IsRejected(err) { // ErrAdmissionFull or ErrAdmissionTimeout
-			http.Error(w, "overloaded, try again", http.StatusServiceUnavailable)
+		if rj.WriteRejection(w, err) { // the gate refused: ErrAdmissionFull or ErrAdmissionTimeout
 			return
 		}
 		if err != nil {

@@ -283,7 +283,7 @@ func TestConnectionsClosedAreCountedByReason(t *testing.T) {
 	if s.ClosedByClose != 1 || s.ClosedLifetime != 0 || s.ClosedIdleTime != 0 {
 		t.Errorf("pool stats = %+v", s)
 	}
-	if sum := s.ClosedBroken + s.ClosedLifetime + s.ClosedIdleTime + s.ClosedDeadIdle + s.ClosedByClose; sum != s.Closed {
+	if sum := s.ClosedBroken + s.ClosedLifetime + s.ClosedIdleTime + s.ClosedDeadIdle + s.ClosedByClose + s.ClosedCanceled; sum != s.Closed {
 		t.Errorf("Closed* add up to %d, Closed = %d", sum, s.Closed)
 	}
 	for r := range CloseReason(numCloseReasons) {
@@ -441,7 +441,7 @@ func TestLoggerReportsConnectFailuresAndUnknownCommits(t *testing.T) {
 		}
 	}
 	fd.AllowConnects()
-	c.obs.commitUnknown(c.gate, errors.New("gated: commit outcome unknown: EOF"))
+	c.obs.commitUnknown(c.gate, nil, errors.New("gated: commit outcome unknown: EOF"))
 	db.Close()
 
 	fails := h.records("gated: opening a physical connection failed")
@@ -469,7 +469,7 @@ func TestLoggerReportsConnectFailuresAndUnknownCommits(t *testing.T) {
 
 func TestNoObserverNoLoggerCostsNoClockReading(t *testing.T) {
 	var o observer
-	if o.now() != 0 || o.acquired(nil, 0, nil) != 0 {
+	if o.now() != 0 || o.acquired(nil, 0, nil, nil) != 0 {
 		t.Error("an observer with nothing attached read the clock")
 	}
 }

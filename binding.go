@@ -1,0 +1,189 @@
+package gated
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// A binding is a virtual connection's hold on one execution permit and the physical connection
+// it serves, from bind to unbind: the permit is taken first, then a connection (handed over with
+// the permit, or from the pool), and both last until database/sql takes the virtual connection
+// back. While bound, every driver call on the connection is a call (call.go) that the binding's
+// operations begin and end; what those calls latched (physConn's session record) decides at
+// unbind whether the connection serves the next holder or is destroyed first.
+//
+// The binding is the only code that gives an execution permit back (the gate itself aside, which
+// passes on a permit it granted to a waiter that had just left). It does so in exactly one of two
+// ways, each of which ends the binding: release, with a connection ready for the next holder or
+// none; or handToCleanup, when the connection is destroyed and the permit must follow the
+// destroy's cleanup (the server may still run the work until then). A binding is used by one
+// goroutine at a time (database/sql serializes calls on a driver connection).
+type binding struct {
+	// g is nil when unbound. pc may be nil while g is set, after a failed replacement of a
+	// broken physical connection: the permit is still held until unbind.
+	g      *gate
+	pc     *physConn
+	fresh  bool            // nothing that created session state ran on pc in this binding: a broken pc may be swapped
+	txOpen bool            // a transaction began on pc through BeginTx and has not ended
+	since  time.Duration   // when the permit was granted (monoNow), if an Observer is attached
+	ctx    context.Context // the context that made the binding, for the Observer's events; nil when unbound
+}
+
+// bind takes an execution permit of ctx's workload and a physical connection ready for use. On
+// failure nothing is held.
+func (b *binding) bind(ctx context.Context, c *Connector) error {
+	g, err := c.gateFor(ctx)
+	if err != nil {
+		return err
+	}
+	start := c.obs.now()
+	pc, err := g.acquire(ctx)
+	b.since = c.obs.acquired(g, start, ctx, err)
+	if err != nil {
+		return err
+	}
+	b.g = g
+	err = b.ready(ctx, c.pool, pc)
+	c.obs.connected(g, b.since, ctx, err)
+	if err != nil {
+		return err // ready ended the binding
+	}
+	b.fresh, b.ctx = true, ctx
+	return nil
+}
+
+// unbind ends the binding: a physical connection that its calls left reusable goes to the next
+// waiter or idle with the permit; any other is destroyed in the background, and the permit
+// released after that. Never blocks.
+func (b *binding) unbind(c *Connector) {
+	pc := b.pc
+	if b.g == nil {
+		return
+	}
+	c.obs.held(b.g, b.since, b.ctx)
+	b.ctx = nil
+	if pc == nil {
+		b.release(nil)
+		return
+	}
+	pc.endLeftoverWatch()
+	if b.txOpen {
+		// The transaction was neither committed nor rolled back.
+		b.txOpen = false
+		pc.broken = true
+	}
+	if pc.reusable() {
+		pc.used = true
+		pc.rested()
+		b.release(pc)
+		return
+	}
+	c.pool.destroyAsync(pc, b.handToCleanup())
+}
+
+// release ends the binding and gives its permit back, with pc, a connection ready for the next
+// holder, or nil.
+func (b *binding) release(pc *physConn) {
+	g := b.g
+	b.g, b.pc = nil, nil
+	g.release(pc)
+}
+
+// handToCleanup ends the binding and returns the function that the cleanup of its connection's
+// destroy calls when it has ended: the permit is given back then, once the server's work on the
+// connection has ended (I4). It allocates, on this path only.
+func (b *binding) handToCleanup() func() {
+	g := b.g
+	b.g, b.pc = nil, nil
+	return func() { g.release(nil) }
+}
+
+// ready gives the binding a physical connection: pc when one was handed over with the permit,
+// otherwise one from the pool; a used connection is first reset with the driver's ResetSession.
+// A connection that fails its reset is destroyed (see destroyWithin) and another taken, so the
+// caller never sees its driver.ErrBadConn. The loop ends because only used connections are reset
+// and there are finitely many of them: a new connection either works or fails to open.
+//
+// On error the binding has ended: the permit was given back, or handed to a cleanup that gives
+// it back when it ends.
+func (b *binding) ready(ctx context.Context, p *pool, pc *physConn) error {
+	for {
+		if pc == nil {
+			var err error
+			if pc, err = p.get(ctx); err != nil {
+				b.release(nil)
+				return err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			// Admitted as the caller gave up: a reset under this context would fail and condemn
+			// a healthy connection.
+			b.release(pc)
+			return fmt.Errorf("gated: the context ended before the operation started: %w", err)
+		}
+		err := pc.reset(ctx)
+		if err == nil {
+			b.pc = pc
+			return nil
+		}
+		if callerEnded(ctx, err) {
+			p.checkCanceled(ctx, pc, err) // the caller's deadline cut the check short: not dead
+		} else {
+			pc.closedFor = CloseDeadIdle
+		}
+		if !b.destroyWithin(ctx, p, pc) {
+			return fmt.Errorf("gated: a pooled connection failed its check before reuse (%v), and the context ended while it was closed: %w", err, ctx.Err())
+		}
+		pc = nil
+	}
+}
+
+// replace destroys the binding's broken physical connection, which failed with cause before
+// anything reached the server, and gives it another, keeping the permit. The destroy finishes
+// first (the permit follows the cleanup, I4); when ctx ends before it does, the permit goes to
+// the cleanup, the binding ends, and replace returns the context's error.
+func (b *binding) replace(ctx context.Context, p *pool, cause error) error {
+	old := b.pc
+	b.pc = nil
+	old.closedFor = deadReason(ctx, cause)
+	if !b.destroyWithin(ctx, p, old) {
+		return fmt.Errorf("gated: the context ended while a failed connection was closed: %w", ctx.Err())
+	}
+	return b.ready(ctx, p, nil)
+}
+
+// destroyWithin destroys pc, a connection the binding can no longer use, and waits for the
+// cleanup, so that the permit follows it (I4) and the pool slot pc held is free for the
+// replacement: with P = B a destroy in the background would leave a permit holder waiting in
+// the pool, invisible in Stats and unbounded by gate_queue_wait. When ctx ends first it
+// reports false and the binding has ended: the cleanup, which goes on, gives the permit back
+// when it ends.
+func (b *binding) destroyWithin(ctx context.Context, p *pool, pc *physConn) bool {
+	const (
+		waiting = iota
+		destroyed
+		leftToCleanup
+	)
+	var state atomic.Int32
+	done := make(chan struct{})
+	g := b.g
+	p.destroyAsync(pc, func() {
+		if state.CompareAndSwap(waiting, destroyed) {
+			close(done)
+		} else {
+			g.release(nil) // the binding handed its permit to this cleanup
+		}
+	})
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		if state.CompareAndSwap(waiting, leftToCleanup) {
+			b.g, b.pc = nil, nil
+			return false
+		}
+		return true
+	}
+}

@@ -1,0 +1,138 @@
+package gated
+
+import (
+	"context"
+	"iter"
+	"time"
+)
+
+// A CloseReason says why a physical connection was closed.
+type CloseReason uint8
+
+// The reasons a physical connection is closed, counted in PoolStats.Closed* and reported with
+// EventConnClosed.
+const (
+	// CloseBroken: unusable at the end of an operation (the driver closed it, it was left in a
+	// transaction or busy, it failed or its context ended mid-statement).
+	CloseBroken CloseReason = iota
+	// CloseLifetime: older than gate_max_conn_lifetime.
+	CloseLifetime
+	// CloseIdleTime: idle longer than gate_max_conn_idle_time.
+	CloseIdleTime
+	// CloseDeadIdle: found dead when it was to be used, before the caller's context ended: the
+	// server or the network had closed it while it was idle (a backend terminated, a server
+	// restart or failover), or its session reset failed.
+	CloseDeadIdle
+	// CloseConnector: closed by the Connector's Close (by DB.Close).
+	CloseConnector
+	// CloseCanceled: its check before reuse, or a statement that never reached the server, was
+	// cut short by the caller's context (canceled, or its deadline passed), which leaves the
+	// connection in a state gated cannot trust. Nothing was wrong with the server.
+	CloseCanceled
+
+	numCloseReasons = iota
+)
+
+var closedForNames = [numCloseReasons]string{"broken", "lifetime", "idle_time", "dead_idle", "close", "canceled"}
+
+// String returns the reason's name: "broken", "lifetime", "idle_time", "dead_idle", "close" or
+// "canceled", the reason label of gatedprom's and gatedotel's close counters.
+func (r CloseReason) String() string {
+	if int(r) < len(closedForNames) {
+		return closedForNames[r]
+	}
+	return "unknown"
+}
+
+// CloseReasons yields every CloseReason, in the order of their values.
+func CloseReasons() iter.Seq[CloseReason] {
+	return func(yield func(CloseReason) bool) {
+		for r := range CloseReason(numCloseReasons) {
+			if !yield(r) {
+				return
+			}
+		}
+	}
+}
+
+// ClosedFor returns the connections closed for r: one of the Closed* counters.
+func (s *PoolStats) ClosedFor(r CloseReason) int64 {
+	switch r {
+	case CloseBroken:
+		return s.ClosedBroken
+	case CloseLifetime:
+		return s.ClosedLifetime
+	case CloseIdleTime:
+		return s.ClosedIdleTime
+	case CloseDeadIdle:
+		return s.ClosedDeadIdle
+	case CloseConnector:
+		return s.ClosedByClose
+	case CloseCanceled:
+		return s.ClosedCanceled
+	}
+	return 0
+}
+
+// callerEnded reports whether err, the failure of an attempt to get a connection ready for an
+// operation under ctx (a dial, a reuse check, a statement that sent nothing), was the caller's
+// doing: its context was canceled, or its deadline had passed when the attempt returned. The
+// second covers drivers that set the socket's deadline to the context's (net.Dialer does, and
+// so does gated's watch): their i/o timeout fires a moment before ctx.Err is set, and would
+// otherwise count a caller's short deadline as a failure of a healthy server.
+func callerEnded(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && err != nil && !time.Now().Before(deadline)
+}
+
+// countDialFailureLocked counts a failed attempt to open a connection: apart, when the caller's
+// own context ended it (callerEnded), from the server's or network's failures, so that a short
+// deadline on a healthy server does not look like an outage.
+func (p *pool) countDialFailureLocked(canceled bool) {
+	if canceled {
+		p.dialCanceled++
+	} else {
+		p.failed++
+	}
+}
+
+// checkCanceled counts a reuse check cut short by the caller's context, with the canceled
+// attempts, and marks pc to be closed for that reason rather than as dead.
+func (p *pool) checkCanceled(ctx context.Context, pc *physConn, err error) {
+	pc.closedFor = CloseCanceled
+	p.mu.Lock()
+	p.dialCanceled++
+	p.mu.Unlock()
+	p.obs.checkCanceled(ctx, err)
+}
+
+// deadReason is the close reason of a connection found unusable by an operation under ctx
+// that failed with err before anything reached the server.
+func deadReason(ctx context.Context, err error) CloseReason {
+	if callerEnded(ctx, err) {
+		return CloseCanceled
+	}
+	return CloseDeadIdle
+}
+
+// obsStatsLocked fills the counters of s kept for observability.
+func (p *pool) obsStatsLocked(s *PoolStats) {
+	s.ConnectCanceled = p.dialCanceled
+	s.ClosedBroken = p.closedBy[CloseBroken]
+	s.ClosedLifetime = p.closedBy[CloseLifetime]
+	s.ClosedIdleTime = p.closedBy[CloseIdleTime]
+	s.ClosedDeadIdle = p.closedBy[CloseDeadIdle]
+	s.ClosedByClose = p.closedBy[CloseConnector]
+	s.ClosedCanceled = p.closedBy[CloseCanceled]
+}
+
+// expiryReason says which limit an expired connection passed.
+func (pc *physConn) expiryReason(now int64, lifetime time.Duration) CloseReason {
+	if lifetime > 0 && time.Duration(now-pc.createdAt) >= lifetime {
+		return CloseLifetime
+	}
+	return CloseIdleTime
+}

@@ -1,0 +1,365 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Config configures a [Connector]. Build one with [ParseDSN], [NewConfig] or as a literal; the
+// three spellings of the same settings give the same gate. A zero field means the default of its
+// DSN key (see [ParseDSN]): Config{DSN: d} is the gate of the DSN d, with B+Q and the connection
+// lifetimes of a DSN that sets no gate_ key. Where the DSN's 0 means "none" (gate_queue=0,
+// gate_queue_wait=0, gate_max_conn_lifetime=0, ...), the field takes [None], and that is what
+// ParseDSN stores for such a 0. [NewConnector] copies the Config and fills in the defaults
+// ([Connector.Config] shows the result), so later changes do not affect a connector already made.
+type Config struct {
+	// Driver is the inner database/sql driver name (gate_driver): "pgx" (default), "postgres"
+	// (lib/pq) or any registered driver.
+	Driver string
+	// DSN is the inner driver's data source name, without any gate_ key.
+	DSN string
+	// MaxConns is P, the most physical connections open at once (gate_max_conns, default 10, or
+	// the sum of all B when that is larger).
+	MaxConns int
+	// Concurrent is B, the execution permits (gate_concurrent, default MaxConns less the
+	// workloads' B).
+	Concurrent int
+	// Queue is Q, the admission permits beyond B (gate_queue, default Concurrent). None: no
+	// queue, an operation that finds no execution permit free is refused at once.
+	Queue int
+	// QueueWait is the longest an admitted operation waits for an execution permit
+	// (gate_queue_wait, default 1s). None: try once without waiting.
+	QueueWait time.Duration
+	// MaxConnLifetime closes physical connections older than this when they are next idle
+	// (gate_max_conn_lifetime, default 1h). None: no limit.
+	MaxConnLifetime time.Duration
+	// MaxConnLifetimeJitter spreads the closing of connections opened together
+	// (gate_max_conn_lifetime_jitter, pgxpool's MaxConnLifetimeJitter): each physical connection
+	// draws a random extra life from [0, MaxConnLifetimeJitter) when it opens, so it lives from
+	// MaxConnLifetime to MaxConnLifetime+MaxConnLifetimeJitter, never less. Zero means the
+	// default, a tenth of MaxConnLifetime (6m of the default 1h), which turns the reconnects of a
+	// fleet started together from a burst every hour into a trickle. None: no jitter, every
+	// connection closes at MaxConnLifetime. Keep the sum below any limit the network or server
+	// sets on a connection's age. It needs a MaxConnLifetime.
+	MaxConnLifetimeJitter time.Duration
+	// MaxConnIdleTime closes physical connections idle for longer than this
+	// (gate_max_conn_idle_time, default 30m). None: no limit.
+	MaxConnIdleTime time.Duration
+	// QueueOrder is how waiters are served (gate_queue_order): QueueFIFO (default, also "") or
+	// QueueAdaptive. See [QueueAdaptive].
+	QueueOrder string
+
+	// Observer, when not nil, receives every measurement as it happens (see [Observer]); set it
+	// in code, there is no DSN key, or attach Observers to the Connector later with
+	// [Connector.Attach]. Nil (the default) costs nothing; an Observer attached costs a few
+	// clock readings per operation and no allocation.
+	Observer Observer
+	// Logger, when not nil, receives connection failures (at most one line per second,
+	// counting the others), every commit whose outcome is unknown, and refusals summarized at
+	// most once per second per workload, never a line per refused call. Set it in code; nil
+	// (the default) logs nothing.
+	Logger *slog.Logger
+	// Workloads are the named gates beside the default one (gate_workloads, default none),
+	// chosen per operation with [WithWorkload]. Each has budgets of its own; all share the
+	// physical pool, so the B of the default gate and of every workload add up to at most
+	// MaxConns.
+	Workloads []Workload
+	// Name is gate_name (default none): the Connectors of this process made with the same
+	// non-empty Name share one set of gates and one physical pool, and must have equal
+	// configurations. With pgx and lib/pq it is also the application_name of the physical
+	// connections when the DSN sets none.
+	Name string
+	// StatementTimeout is the server-side limit on each statement (gate_statement_timeout): with
+	// StatementDeadline false, a fixed limit (zero or None: none, "off"); with StatementDeadline
+	// true, the cap on the context's remaining time, or the limit when the context has no
+	// deadline (zero: no cap). See [ParseDSN] for the DSN spelling. PostgreSQL drivers only.
+	StatementTimeout time.Duration
+	// StatementDeadline makes the server-side limit follow the context's deadline
+	// (gate_statement_timeout=deadline or deadline:<dur>).
+	StatementDeadline bool
+	// LockTimeout is the server's lock_timeout for gated's operations (gate_lock_timeout,
+	// default zero or None: "off", the server's own setting). PostgreSQL drivers only.
+	LockTimeout time.Duration
+	// Pooler is gate_pooler: "" (none, the default, also "none") or [PoolerTransaction] when the
+	// DSN points at a pooler in transaction mode (PgBouncer's pool_mode=transaction). PostgreSQL
+	// drivers only.
+	Pooler string
+
+	// PgxBeforeConnect, when not nil, is called with gate_driver=pgx before each physical
+	// connection opens, with a copy of the pgx configuration parsed from DSN that it may change
+	// (pgxpool.Config's BeforeConnect): set a Tracer, a TLSConfig, OnNotice or OnNotification,
+	// RuntimeParams. gated keeps what it owns: the socket is still dialed through gated (the hook
+	// may set DialFunc, which gated then wraps), pgx's handling of an ended context stays the
+	// default one, gated's startup parameters (gate_statement_timeout, gate_lock_timeout) and
+	// the application_name of gate_name when none is set stay, and with gate_pooler=transaction
+	// the query exec mode must still be exec or simple_protocol. An error fails the connection
+	// attempt. Code only, no DSN key; with a shared gate_name the hooks of the first Connector
+	// apply, as its Observer and Logger do. See docs/configuration-pgx.md.
+	PgxBeforeConnect func(context.Context, *pgx.ConnConfig) error
+	// PgxAfterConnect, when not nil, is called with gate_driver=pgx on each new physical
+	// connection before its first use (pgxpool.Config's AfterConnect): register types on
+	// conn.TypeMap() (conn.LoadType for enums, domains and composite types, pgvector's
+	// RegisterTypes). An error closes the connection and fails the attempt. What it leaves in
+	// the session (a SET) lasts as long as the connection, under every caller.
+	PgxAfterConnect func(context.Context, *pgx.Conn) error
+}
+
+// None, in a [Config] or [Workload] field whose documentation says so, asks for none of it where
+// zero means the default: Queue: None is no queue, QueueWait: None no wait (try once),
+// MaxConnLifetime: None and MaxConnIdleTime: None no limit, MaxConnLifetimeJitter: None no
+// jitter. A DSN spells it 0 (gate_queue=0, gate_queue_wait=0s), and [ParseDSN] stores None for
+// that 0. Any other negative value is an error.
+const None = -1
+
+// PoolerTransaction is gate_pooler=transaction ([Config.Pooler]): the server is reached through a
+// pooler that gives each transaction, and each statement outside one, whichever server
+// connection is free (PgBouncer in transaction mode). Nothing may then depend on the session
+// outliving a transaction: gated prepares no statement on the server (a db.Prepare'd statement is
+// sent as an unprepared query at each use, except lib/pq's COPY, which only runs prepared, inside
+// a transaction), sets no session value (gate_statement_timeout=deadline applies in transactions
+// only, with SET LOCAL) and sends no startup parameter of its own (a fixed gate_statement_timeout
+// or gate_lock_timeout is an error: set them on the role). The inner driver must use no named
+// statements either: pgx needs default_query_exec_mode=exec or simple_protocol, lib/pq
+// binary_parameters=yes — NewConnector says so when the DSN lacks it.
+const PoolerTransaction = "transaction"
+
+// The values of gate_queue_order ([Config.QueueOrder]).
+const (
+	// QueueFIFO serves waiters in arrival order, each waiting at most gate_queue_wait.
+	QueueFIFO = "fifo"
+	// QueueAdaptive serves in arrival order while the queue keeps emptying. Once it has stayed
+	// non-empty for 100 ms (a standing queue: the gate is overloaded) it serves the newest waiter
+	// first, which still has most of its deadline left, and refuses with ErrAdmissionTimeout the
+	// waiters that have waited more than 5 ms, rather than serving them after their callers gave
+	// up (adaptive LIFO with a CoDel-style bound, as in Facebook's "Fail at Scale"). It matters
+	// when Q is large compared with B; see BENCHMARKS.md.
+	QueueAdaptive = "adaptive"
+)
+
+// Defaults of the DSN keys, as [NewConfig] and [ParseDSN] apply them.
+const (
+	defaultDriver          = "pgx"
+	defaultMaxConns        = 10
+	defaultQueueWait       = time.Second
+	defaultMaxConnLifetime = time.Hour
+	defaultMaxConnIdleTime = 30 * time.Minute
+	// defaultJitterDivisor: the default jitter is a tenth of the lifetime. pgxpool's default is
+	// none, HikariCP takes up to 2.5% off; a tenth spreads the reconnects of connections opened
+	// in the same second (a fleet deployed together, a pool filled by a burst) over six minutes
+	// of the default hour, while a connection still lives at most 10% longer than asked.
+	defaultJitterDivisor = 10
+)
+
+var (
+	errEmptyDriver = errors.New("empty driver name")
+	errSelfDriver  = errors.New(`"` + DriverName + `" would wrap gated in itself`)
+)
+
+// NewConfig returns a Config with the defaults a DSN without gate_ keys gets, spelled out:
+// Driver "pgx", MaxConns 10, Concurrent 10, Queue 10, QueueWait 1s, MaxConnLifetime 1h,
+// MaxConnIdleTime 30m and an empty DSN (MaxConnLifetimeJitter stays zero, its default, a tenth of
+// MaxConnLifetime). &Config{} gives the same gate. The values are spelled out, so changing
+// MaxConns alone leaves Concurrent and Queue at 10, where in &Config{MaxConns: 4} they follow it.
+func NewConfig() *Config {
+	return &Config{
+		Driver:          defaultDriver,
+		MaxConns:        defaultMaxConns,
+		Concurrent:      defaultMaxConns,
+		Queue:           defaultMaxConns,
+		QueueWait:       defaultQueueWait,
+		MaxConnLifetime: defaultMaxConnLifetime,
+		MaxConnIdleTime: defaultMaxConnIdleTime,
+	}
+}
+
+// Clone returns a copy of c, or nil when c is nil. The copy shares c's Observer, Logger and pgx
+// hooks, which are meant to be shared, and nothing else.
+func (c *Config) Clone() *Config {
+	if c == nil {
+		return nil
+	}
+	cp := *c
+	cp.Workloads = slices.Clone(c.Workloads)
+	return &cp
+}
+
+// fillDefaults gives the zero fields of c the defaults of their DSN keys, in the order the
+// defaults depend on each other: gate_max_conns not given grows to the B asked for; B follows P
+// less the workloads' B; Q follows the final B; a workload's Q follows its B and its wait
+// gate_queue_wait. It also writes the "none" spellings that have a zero of their own ("fifo",
+// "none", None timeouts) as that zero, so that equal gates have equal Configs. It validates
+// nothing: normalize does.
+func (c *Config) fillDefaults() {
+	wB := 0
+	for _, w := range c.Workloads {
+		wB += w.Concurrent
+	}
+	if c.Driver == "" {
+		c.Driver = defaultDriver
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = max(defaultMaxConns, c.Concurrent+wB)
+	}
+	if c.Concurrent == 0 {
+		c.Concurrent = c.MaxConns - wB
+	}
+	if c.Queue == 0 {
+		c.Queue = c.Concurrent
+	}
+	if c.QueueWait == 0 {
+		c.QueueWait = defaultQueueWait
+	}
+	if c.MaxConnLifetime == 0 {
+		c.MaxConnLifetime = defaultMaxConnLifetime
+	}
+	if c.MaxConnIdleTime == 0 {
+		c.MaxConnIdleTime = defaultMaxConnIdleTime
+	}
+	// MaxConnLifetimeJitter stays zero: its default follows MaxConnLifetime (lifetimeJitter).
+	for i := range c.Workloads {
+		w := &c.Workloads[i]
+		if w.Queue == 0 {
+			w.Queue = w.Concurrent
+		}
+		if w.QueueWait == 0 {
+			w.QueueWait = c.QueueWait
+		}
+	}
+	if c.StatementTimeout == None {
+		c.StatementTimeout = 0
+	}
+	if c.LockTimeout == None {
+		c.LockTimeout = 0
+	}
+	if c.QueueOrder == QueueFIFO {
+		c.QueueOrder = ""
+	}
+	if c.Pooler == "none" {
+		c.Pooler = ""
+	}
+}
+
+// normalize fills in the defaults of c's zero fields (fillDefaults) and validates every field,
+// naming the DSN key of a bad one in a *DSNError. On error c is unchanged, so a caller may report
+// the fields as they were given. Normalizing a normalized Config changes nothing.
+func (c *Config) normalize() error {
+	if err := c.checkGiven(); err != nil {
+		return err
+	}
+	n := c.Clone()
+	n.fillDefaults()
+	if err := n.check(); err != nil {
+		return err
+	}
+	*c = *n
+	return nil
+}
+
+// checkGiven validates the fields as given, before their defaults are filled in: signs, the
+// values of the string fields, the workloads.
+func (c *Config) checkGiven() error {
+	if _, err := checkWorkloads(c.Workloads); err != nil {
+		return err
+	}
+	if c.Driver == DriverName {
+		return &DSNError{Key: keyDriver, Err: errSelfDriver}
+	}
+	if c.MaxConns < 0 {
+		return &DSNError{Key: keyMaxConns, Err: fmt.Errorf("%d is negative", c.MaxConns)}
+	}
+	if c.Concurrent < 0 {
+		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is negative", c.Concurrent)}
+	}
+	if c.Queue < 0 && c.Queue != None {
+		return &DSNError{Key: keyQueue, Err: fmt.Errorf("%d is negative (0 is the default, gated.None no queue)", c.Queue)}
+	}
+	for _, d := range [...]struct {
+		key, none string
+		d         time.Duration
+	}{
+		{keyQueueWait, "no wait", c.QueueWait}, {keyMaxConnLifetime, "no limit", c.MaxConnLifetime},
+		{keyMaxConnLifetimeJitter, "no jitter", c.MaxConnLifetimeJitter}, {keyMaxConnIdleTime, "no limit", c.MaxConnIdleTime},
+		{keyStmtTimeout, "off", c.StatementTimeout}, {keyLockTimeout, "off", c.LockTimeout},
+	} {
+		if d.d < 0 && d.d != None {
+			return &DSNError{Key: d.key, Err: fmt.Errorf("%v is negative (gated.None is %s)", d.d, d.none)}
+		}
+	}
+	switch c.QueueOrder {
+	case "", QueueFIFO, QueueAdaptive:
+	default:
+		return &DSNError{Key: keyQueueOrder, Err: fmt.Errorf("invalid value %s: want %q or %q", shownValue(c.QueueOrder), QueueFIFO, QueueAdaptive)}
+	}
+	switch c.Pooler {
+	case "", "none", PoolerTransaction:
+	default:
+		return &DSNError{Key: keyPooler, Err: fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(c.Pooler), PoolerTransaction)}
+	}
+	return nil
+}
+
+// check validates what depends on more than one field, once the defaults are filled in.
+func (c *Config) check() error {
+	wB := 0
+	for _, w := range c.Workloads {
+		wB += w.Concurrent
+	}
+	switch {
+	case c.Concurrent <= 0:
+		// Only a default can get here: the workloads took every permit of MaxConns.
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the workloads' B add up to %d, leaving no execution permit of gate_max_conns (%d) for the default workload", wB, c.MaxConns)}
+	case wB > 0 && c.Concurrent+wB > c.MaxConns:
+		// Σ B > P would make operations wait for a physical connection, the wait the gates
+		// exist to replace.
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the B of all workloads add up to %d (%s), more than gate_max_conns (%d)", c.Concurrent+wB, sumOfB(c.Concurrent, c.Workloads), c.MaxConns)}
+	case c.Concurrent > c.MaxConns:
+		// B > P would make operations wait for a physical connection, the wait the gate exists
+		// to replace.
+		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is more than gate_max_conns (%d)", c.Concurrent, c.MaxConns)}
+	}
+	if c.MaxConnLifetimeJitter > 0 && c.MaxConnLifetime == None {
+		return &DSNError{Key: keyMaxConnLifetimeJitter, Err: errors.New("spreads gate_max_conn_lifetime, which is 0 (no limit)")}
+	}
+	postgres := c.Driver == "pgx" || c.Driver == "postgres"
+	if (c.StatementTimeout > 0 || c.StatementDeadline || c.LockTimeout > 0) && !postgres {
+		key := keyLockTimeout
+		if c.StatementTimeout > 0 || c.StatementDeadline {
+			key = keyStmtTimeout
+		}
+		return &DSNError{Key: key, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
+	}
+	switch {
+	case c.Pooler != "" && !postgres:
+		return &DSNError{Key: keyPooler, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
+	case c.Pooler != "" && (c.LockTimeout > 0 || c.StatementTimeout > 0):
+		key := keyLockTimeout
+		if c.StatementTimeout > 0 {
+			key = keyStmtTimeout
+		}
+		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
+	}
+	if (c.PgxBeforeConnect != nil || c.PgxAfterConnect != nil) && c.Driver != "pgx" {
+		return &DSNError{Key: keyDriver, Err: fmt.Errorf("Config.PgxBeforeConnect and PgxAfterConnect need gate_driver pgx, not %s", shownValue(c.Driver))}
+	}
+	return checkInnerDSN(c.Driver, c.DSN)
+}
+
+// lifetimeJitter returns the jitter of a normalized c, as the pool takes it: 0 for none.
+func (c *Config) lifetimeJitter() time.Duration {
+	switch {
+	case c.MaxConnLifetime <= 0 || c.MaxConnLifetimeJitter == None:
+		return 0
+	case c.MaxConnLifetimeJitter == 0:
+		return c.MaxConnLifetime / defaultJitterDivisor
+	}
+	return c.MaxConnLifetimeJitter
+}
+
+// orZero turns the None of a normalized field into the zero that gates and pools read as none.
+func orZero[T ~int | ~int64](v T) T { return max(v, 0) }

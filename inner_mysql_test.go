@@ -1,0 +1,71 @@
+package gated
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+	"weak"
+)
+
+// idConn is the least of a MySQL connection that mysqlConnector needs: it answers the id query.
+type idConn struct{ closed bool }
+
+func (c *idConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("idConn: no Prepare") }
+func (c *idConn) Close() error                        { c.closed = true; return nil }
+func (c *idConn) Begin() (driver.Tx, error)           { return nil, errors.New("idConn: no Begin") }
+func (c *idConn) QueryContext(context.Context, string, []driver.NamedValue) (driver.Rows, error) {
+	return &idRows{}, nil
+}
+
+type idRows struct{ done bool }
+
+func (r *idRows) Columns() []string { return []string{"id", "server_id"} }
+func (r *idRows) Close() error      { return nil }
+func (r *idRows) Next(dest []driver.Value) error {
+	if r.done {
+		return io.EOF
+	}
+	r.done = true
+	dest[0], dest[1] = int64(7), int64(1)
+	return nil
+}
+
+// raceConnector makes connections that succeed just as the context of the attempt ends.
+type raceConnector struct {
+	cancel context.CancelFunc
+	made   weak.Pointer[idConn]
+}
+
+func (c *raceConnector) Connect(context.Context) (driver.Conn, error) {
+	dc := &idConn{}
+	c.made = weak.Make(dc)
+	c.cancel()
+	return dc, nil
+}
+
+func (c *raceConnector) Driver() driver.Driver { return nil }
+
+// TestMySQLConnectThatLosesTheRaceWithItsContextIsForgotten: pool.dial closes a connection that
+// succeeded as its context ended; the MySQL connector must not keep it (nor its id) for ever.
+func TestMySQLConnectThatLosesTheRaceWithItsContextIsForgotten(t *testing.T) {
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		rc := &raceConnector{cancel: cancel}
+		mc := &mysqlConnector{inner: rc}
+		p := newPool(mc, mc.wrap, 1, 0, 0)
+		if _, err := p.dial(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("dial whose context ended as it succeeded: %v, want context.Canceled", err)
+		}
+		runtime.GC()
+		if dc := rc.made.Value(); dc != nil {
+			if !dc.closed {
+				t.Fatal("the connection that lost the race was not closed")
+			}
+			t.Fatal("the MySQL connector still holds the connection pool.dial closed (and its id)")
+		}
+		p.close()
+	}
+}
