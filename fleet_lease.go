@@ -348,12 +348,10 @@ func leaveFleet(ctx context.Context, c leaseConn, table, fleet string, key, memb
 	return err
 }
 
-// innerLease is a leaseConn on a connection of the inner driver (pgx or lib/pq), dialed through
-// gated so that a context that ends interrupts it whatever the driver does.
-type innerLease struct {
-	dc driver.Conn
-	ic innerConn
-}
+// innerLease is a leaseConn on a physical connection of the inner driver (pgx or lib/pq), dialed
+// through gated as the pool's are, so that each query is a call that a context ending interrupts
+// whatever the driver does.
+type innerLease struct{ pc *physConn }
 
 // dialLease opens a lease connection with connector, wrapping it as the pool does.
 func dialLease(ctx context.Context, connector driver.Connector, wrap func(driver.Conn, *sockConn) innerConn) (leaseConn, error) {
@@ -362,24 +360,17 @@ func dialLease(ctx context.Context, connector driver.Connector, wrap func(driver
 	if err != nil {
 		return nil, err
 	}
-	return &innerLease{dc: dc, ic: wrap(dc, slot.Load())}, nil
+	return &innerLease{pc: newPhysConn(dc, slot.Load(), wrap)}, nil
 }
 
 func (l *innerLease) query(ctx context.Context, query string, args ...any) ([][]driver.Value, error) {
-	q, ok := l.dc.(driver.QueryerContext)
-	if !ok {
-		return nil, errors.New("gated: fleet: the inner driver cannot run queries without preparing them")
-	}
 	named := make([]driver.NamedValue, len(args))
 	for i, a := range args {
 		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
 	}
-	l.ic.watch(ctx)
-	out, err := readAll(q.QueryContext(ctx, query, named))
-	if !l.ic.unwatch() && err == nil {
-		err = ctx.Err()
-	}
-	return out, err
+	c := l.pc.startCall(ctx)
+	defer c.end()
+	return readAll(l.pc.query(ctx, query, named))
 }
 
 func readAll(rows driver.Rows, err error) ([][]driver.Value, error) {
@@ -404,12 +395,10 @@ func readAll(rows driver.Rows, err error) ([][]driver.Value, error) {
 }
 
 func (l *innerLease) exec(ctx context.Context, query string) error {
-	l.ic.watch(ctx)
-	err := execSimple(ctx, l.dc, query)
-	if !l.ic.unwatch() && err == nil {
-		err = ctx.Err()
-	}
+	c := l.pc.startCall(ctx)
+	defer c.end()
+	_, err := l.pc.exec(ctx, query, nil)
 	return err
 }
 
-func (l *innerLease) close() { l.ic.close() }
+func (l *innerLease) close() { l.pc.close() }

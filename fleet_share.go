@@ -85,6 +85,35 @@ func (s share) fit() share {
 	return f
 }
 
+// join returns the share that is in every place the larger of s and o: what a member asks for
+// when it holds s and its fair share is o.
+func (s share) join(o share) share {
+	j := s.clone()
+	j.conns = max(j.conns, o.conns)
+	for i := range j.concurrent {
+		j.concurrent[i] = max(j.concurrent[i], o.concurrent[i])
+		j.queue[i] = max(j.queue[i], o.queue[i])
+	}
+	return j
+}
+
+// growToward returns what a member holding s (fitted) can run of a grant g: s raised toward g
+// wherever g is larger, fitted, and nowhere below s, so that growing never lowers a gate.
+func (s share) growToward(g share) share {
+	r := s.clone()
+	r.conns = max(s.conns, g.conns)
+	room := r.dataConns() - sum(s.concurrent)
+	for i := range r.concurrent {
+		add := min(max(g.concurrent[i]-s.concurrent[i], 0), max(room, 0))
+		r.concurrent[i] += add
+		room -= add
+		if r.concurrent[i] > 0 {
+			r.queue[i] = max(s.queue[i], g.queue[i])
+		}
+	}
+	return r
+}
+
 // fairShare returns the share of the member at rank (0 = the earliest to join) of a fleet of n
 // members with totals t, before fit. Each total is divided as evenly as integers allow: everyone
 // gets t/n, and the remainder goes one each to consecutive ranks, starting for each gate where the
@@ -157,6 +186,14 @@ func parseInts(s string) ([]int, error) {
 }
 
 // String formats s for logs: "conns=5 concurrent=[4 1] queue=[4 1]".
+func sum(v []int) int {
+	var n int
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
+
 func (s share) String() string {
 	return fmt.Sprintf("conns=%d concurrent=%v queue=%v", s.conns, s.concurrent, s.queue)
 }

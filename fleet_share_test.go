@@ -98,14 +98,6 @@ func checkNear(t *testing.T, name string, rank int, what string, v, total, n int
 	}
 }
 
-func sum(v []int) int {
-	var s int
-	for _, x := range v {
-		s += x
-	}
-	return s
-}
-
 // TestFleetShareExtrasFollowTheExtraConnections checks that the member with an extra connection
 // also gets the extra permits, so that fit does not waste them: 5 connections and B=4 between
 // two members are 3+2 connections and 2+1 permits in use, not 2+2 with one clamped away.
