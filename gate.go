@@ -198,8 +198,11 @@ func waitError(err error) error {
 // when the pool is already closed.
 func (g *gate) release(pc *physConn) {
 	g.mu.Lock()
-	newestFirst := g.adaptive && g.head != nil && g.shedLocked()
-	for w := g.head; w != nil; w = g.head {
+	// After setLimits lowered B below running, a released permit is returned, not handed over,
+	// until running is within B again.
+	over := g.running > g.concurrent
+	newestFirst := !over && g.adaptive && g.head != nil && g.shedLocked()
+	for w := g.head; w != nil && !over; w = g.head {
 		if newestFirst {
 			w = g.tail
 		}
@@ -227,6 +230,37 @@ func (g *gate) release(pc *physConn) {
 	if closed {
 		g.pool.destroy(pc)
 	}
+}
+
+// setLimits changes B and Q while the gate runs (gate_fleet=on moves them to the instance's
+// share). Lowering B takes no permit from a running operation: running stays above B until
+// enough operations end, and their releases return their permits instead of handing them over.
+// Raising B hands the new permits to waiters at once, in the same critical section, oldest first,
+// skipping those whose context ended (I5). Lowering Q refuses no operation already admitted; it
+// applies to the next arrivals.
+func (g *gate) setLimits(b, q int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.concurrent, g.queue = b, q
+	for w := g.head; w != nil && g.running < g.concurrent; w = g.head {
+		g.removeLocked(w)
+		if w.ctx.Err() != nil {
+			w.removed = true
+			continue
+		}
+		w.granted = true
+		g.running++
+		g.admitted++
+		g.waitDuration += time.Since(w.start)
+		w.ready <- struct{}{} // buffered: never blocks
+	}
+}
+
+// withinLimits reports whether no more operations run than B allows.
+func (g *gate) withinLimits() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running <= g.concurrent
 }
 
 // shedLocked is gate_queue_order=adaptive's overload rule, checked when a permit is released
