@@ -94,16 +94,6 @@ type fleetMember struct {
 	status FleetStats
 }
 
-// FleetStats describes an instance's place in its fleet (gate_fleet=on); zero without one.
-type FleetStats struct {
-	Members       int   // live members of the fleet as last seen, this instance included
-	Conns         int   // this instance's share of gate_max_conns, its lease connection included
-	TotalConns    int   // the fleet's gate_max_conns
-	Seated        bool  // the instance holds a share; false while it joins, or when fenced
-	ShareChanges  int64 // how often the share changed
-	RefreshErrors int64 // refreshes that failed
-}
-
 func newFleetMember(cfg fleetConfig, dial func(context.Context) (leaseConn, error), target shareTarget, log *slog.Logger) *fleetMember {
 	m := &fleetMember{
 		cfg: cfg, key: fleetKey(cfg.name), dial: dial, target: target, log: log,
