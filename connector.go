@@ -47,6 +47,9 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := c.cfg.normalize(); err != nil {
 		return nil, err
 	}
+	if c.cfg.Fleet && c.cfg.Name == "" {
+		return nil, errFleetName
+	}
 	set, err := openGateSet(&c.cfg)
 	if err != nil {
 		return nil, err
@@ -66,7 +69,8 @@ type gateSet struct {
 	named map[string]*gate
 	stmts stmtRegistry
 	obs   observer
-	refs  int // Connectors using the set; guarded by namedSetsMu
+	fleet *fleetMember // the set's membership of its fleet (gate_fleet=on), or nil
+	refs  int          // Connectors using the set; guarded by namedSetsMu
 }
 
 var (
@@ -118,6 +122,9 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 		set.named[w.Name] = newGate(gateConfig{name: w.Name, concurrent: w.Concurrent, queue: orZero(w.Queue), queueWait: orZero(w.QueueWait), adaptive: adaptive}, set.pool)
 	}
 	set.initObserve(cfg)
+	if cfg.Fleet {
+		set.startFleet(cfg, func(ctx context.Context) (leaseConn, error) { return dialLease(ctx, inner, wrap) })
+	}
 	return set, nil
 }
 
@@ -175,6 +182,9 @@ func (c *Connector) Close() error {
 		g.close()
 	}
 	c.pool.close()
+	if c.set.fleet != nil {
+		c.set.fleet.close() // after the pool: the share is given up once no connection is left
+	}
 	c.set.closeObserve()
 	return nil
 }
@@ -192,6 +202,7 @@ func (c *Connector) Stats() Stats {
 	c.gate.stats(&s)
 	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
+	c.set.fleetStats(&s, c.gate)
 	return s
 }
 
@@ -209,6 +220,7 @@ func (c *Connector) AllStats() iter.Seq2[string, Stats] {
 			s := Stats{Pool: pool}
 			g.stats(&s)
 			g.wl.stats(&s)
+			c.set.fleetStats(&s, g)
 			if !yield(g.name, s) {
 				return
 			}

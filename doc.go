@@ -76,7 +76,8 @@
 // gate_driver, gate_max_conns, gate_concurrent, gate_queue, gate_queue_wait,
 // gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
 // gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
-// gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
+// gate_statement_timeout, gate_lock_timeout, gate_pooler, and for a fleet gate_fleet,
+// gate_fleet_table, gate_fleet_ttl and gate_fleet_refresh. [ParseDSN] and [Config] document
 // each with its default. A [Config] built in code has the same defaults: a zero field means the
 // default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
 // TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
