@@ -266,6 +266,26 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	if st := a.stats(); st.Members != 3 || st.Conns != 4 || !st.Seated || st.TotalConns != 12 {
 		t.Errorf("stats of the first member: %+v", st)
 	}
+	members, err := ReadFleet(context.Background(), ft.adm, &Config{Name: ft.name, FleetTable: ft.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []string
+	for _, m := range members {
+		infos = append(infos, m.Info)
+		if !m.Live || m.Conns != 4 || m.TotalConns != 12 || len(m.Concurrent) != 1 || m.Concurrent[0] != 3 || m.LeaseLeft <= 0 {
+			t.Errorf("ReadFleet: %+v, want a live member declaring 4 connections and B 3", m)
+		}
+	}
+	for i := 1; i < len(members); i++ {
+		if members[i].Joined.Before(members[i-1].Joined) {
+			t.Errorf("ReadFleet lists %v out of the order they joined", infos)
+		}
+	}
+	slices.Sort(infos)
+	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
+		t.Errorf("ReadFleet lists %v, want the three members", infos)
+	}
 	c.close()
 	tc.gone()
 	waitShares(t, "after one left", []*fakeTarget{ta, tb}, 6, 6)
