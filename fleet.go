@@ -141,7 +141,12 @@ func (m *fleetMember) step() time.Duration {
 	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.validUntil) {
 		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.queryTimeout())
+	timeout := m.queryTimeout()
+	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
+		// A refresh that hangs must not hold the loop past the moment it has to fence.
+		timeout = min(timeout, max(time.Until(m.validUntil), time.Millisecond))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if m.conn == nil {
 		c, err := m.dial(ctx)
