@@ -94,6 +94,17 @@
 // reports each gate. gate_name shares one set of gates and one pool between the *sql.DB handles
 // of a process.
 //
+// # Fleet
+//
+// gate_fleet=on (with gate_name) makes gate_max_conns and every gate's B and Q the totals of all
+// live instances of that gate_name on the database: each instance runs with its share, and the
+// shares move as instances join, leave or die, coordinated through PostgreSQL itself (a lease
+// table, a session advisory lock per instance, growth granted under a transaction-level advisory
+// lock). An instance shrinks before it declares a smaller share, grows only into what the others
+// have declared free, starts with nothing, and fences itself to nothing before its lease can
+// expire when it cannot refresh it. [Stats].Fleet reports the share; [ReadFleet] and gatedbudget
+// -live list the members. See docs/fleet.md.
+//
 // # Deadlines and transactions
 //
 // gate_statement_timeout=deadline makes the server stop a statement when the caller's deadline

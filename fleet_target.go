@@ -6,6 +6,12 @@ import (
 )
 
 // setTarget is the shareTarget of a real instance: its gate set's pool and gates.
+//
+// The hook for gate_concurrent=auto: a gate whose B adapts must take the share's B as its
+// ceiling, not as its B. shrinkTo and growTo set each gate's B with setLimits; for an adaptive
+// gate that call is where the share becomes the limiter's ceiling (lowered before the share is
+// declared, as a fixed B is, and the limiter's B clamped to it at once), and withinLimits must
+// then wait for running ≤ that ceiling.
 type setTarget struct{ set *gateSet }
 
 // shrinkPoll is how often shrinkTo looks whether running work has come within the new share.

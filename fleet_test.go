@@ -463,3 +463,59 @@ func TestFleetMoreMembersThanConnections(t *testing.T) {
 	ts[1].gone()
 	waitShares(t, "three left", ts[2:], 1, 1, 1)
 }
+
+// BenchmarkFleetRefresh measures one refresh, the only coordination query, in a fleet of six
+// members: a steady one (declares what it holds) and one that asks to grow (takes the growth
+// lock and reads the others' declarations).
+func BenchmarkFleetRefresh(b *testing.B) {
+	for _, grow := range []bool{false, true} {
+		b.Run(fmt.Sprintf("grow=%v", grow), func(b *testing.B) {
+			totals := share{conns: 60, concurrent: []int{48}, queue: []int{48}}
+			adm := admin(b)
+			table := fmt.Sprintf("gated_bench_fleet_%d", time.Now().UnixNano()%1e9)
+			b.Cleanup(func() {
+				for _, drop := range []string{"FUNCTION IF EXISTS " + table + "_refresh", "FUNCTION IF EXISTS " + table + "_live", "TABLE IF EXISTS " + table} {
+					adm.Exec("DROP " + drop)
+				}
+			})
+			connector, wrap, err := newInner("pgx", pgtest.URL(b), innerOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var conns []leaseConn
+			for i := range 6 {
+				c, err := dialLease(ctx, connector, wrap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.close()
+				if i == 0 {
+					if err := ensureFleetSchema(ctx, c, table); err != nil {
+						b.Fatal(err)
+					}
+				}
+				conns = append(conns, c)
+				have := targetShare(totals, 6, i)
+				have.conns-- // leave room to grow into
+				req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: int32(i + 1), joining: true, ttl: time.Minute,
+					have: have, want: have, totals: totals}
+				if _, err := refresh(ctx, c, table, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			have := targetShare(totals, 6, 0)
+			have.conns--
+			req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: 1, ttl: time.Minute, have: have, want: have, totals: totals}
+			if grow {
+				req.want = have.join(targetShare(totals, 1, 0))
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := refresh(ctx, conns[0], table, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
