@@ -135,7 +135,7 @@ func TestFleetOfProcessesHoldsTheBudget(t *testing.T) {
 }
 
 // buildService builds this package into a temporary directory.
-func buildService(t *testing.T) string {
+func buildService(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fleet")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -157,10 +157,12 @@ type instance struct {
 }
 
 type fleet struct {
-	t    *testing.T
-	bin  string
-	base string
-	adm  *sql.DB
+	t     testing.TB
+	bin   string
+	base  string
+	adm   *sql.DB
+	load  int    // workers per instance; loadPerProcess when 0
+	query string // the query the workers call; the service's default when ""
 
 	mu         sync.Mutex
 	all        []*instance
@@ -176,7 +178,15 @@ func (f *fleet) start() *instance {
 	f.mu.Lock()
 	in := &instance{n: len(f.all) + 1, exited: make(chan struct{})}
 	f.mu.Unlock()
-	in.cmd = exec.Command(f.bin, "-addr", "127.0.0.1:0", "-load", fmt.Sprint(loadPerProcess))
+	load := f.load
+	if load == 0 {
+		load = loadPerProcess
+	}
+	args := []string{"-addr", "127.0.0.1:0", "-load", fmt.Sprint(load)}
+	if f.query != "" {
+		args = append(args, "-query", f.query)
+	}
+	in.cmd = exec.Command(f.bin, args...)
 	in.cmd.Env = append(os.Environ(), "DATABASE_URL="+f.base+"&application_name="+fmt.Sprintf("fleet-test-%d", in.n))
 	in.cmd.Stderr = &in.stderr
 	stdout, err := in.cmd.StdoutPipe()
@@ -352,4 +362,87 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// BenchmarkGoodputFleetVersusSizedByHand runs the same overload on 3 instances twice over, in
+// one run: once as a fleet (gate_fleet=on, totals P=21, B=18, Q=18) and once sized by hand for 3
+// instances (each P=7, B=6, Q=6, no coordination), alternating the two, and reports the calls
+// served per second of each and their ratio. The fleet's shares come to the hand-made ones (each
+// 7 connections, 6 of them for operations beside the lease, B 6), so the ratio shows what the
+// coordination costs. Each instance runs 24 workers calling the query without pause: overload,
+// of a workload bound by concurrency (pg_sleep) and of one bound by the server's CPU.
+//
+//	go test -run NONE -bench GoodputFleet -benchtime 1x ./examples/fleet
+func BenchmarkGoodputFleetVersusSizedByHand(b *testing.B) {
+	bin := buildService(b)
+	cluster := pgtest.NewCluster(b, "max_connections=40")
+	adm, err := sql.Open("pgx", cluster.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	for _, q := range []string{"CREATE ROLE fleet_app LOGIN", "GRANT CREATE ON SCHEMA public TO fleet_app"} {
+		if _, err := adm.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	base := fmt.Sprintf("postgres://fleet_app@127.0.0.1:%d/postgres?sslmode=disable&gate_queue_wait=20ms", cluster.Port())
+	for _, w := range []struct{ name, query string }{
+		{"sleep", "SELECT pg_sleep(0.005)"},                       // bound by concurrency
+		{"cpu", "SELECT count(*) FROM generate_series(1, 20000)"}, // bound by the server's CPU
+	} {
+		b.Run(w.name, func(b *testing.B) { goodput(b, bin, adm, base, w.query) })
+	}
+}
+
+func goodput(b *testing.B, bin string, adm *sql.DB, base, query string) {
+	configs := []struct{ name, params string }{
+		{"fleet", "&gate_fleet=on&gate_name=goodput&gate_max_conns=21&gate_concurrent=18&gate_queue=18&gate_fleet_ttl=15s&gate_fleet_refresh=5s"},
+		{"by-hand", "&gate_fleet=off&gate_max_conns=7&gate_concurrent=6&gate_queue=6"},
+	}
+	const (
+		instances = 3
+		warmup    = 2 * time.Second
+		window    = 8 * time.Second
+		rounds    = 2
+	)
+	perSecond := map[string][]float64{}
+	for range b.N {
+		for range rounds {
+			for _, c := range configs {
+				f := &fleet{t: b, bin: bin, base: base + c.params, adm: adm, load: 24, query: query}
+				var ins []*instance
+				for range instances {
+					ins = append(ins, f.start())
+				}
+				time.Sleep(warmup) // the fleet settles at its shares; the pools fill
+				served := func() int64 {
+					var n int64
+					for _, in := range ins {
+						n += f.stats(in).Served
+					}
+					return n
+				}
+				before, start := served(), time.Now()
+				time.Sleep(window)
+				ops := float64(served()-before) / time.Since(start).Seconds()
+				perSecond[c.name] = append(perSecond[c.name], ops)
+				for _, in := range ins {
+					f.stop(in)
+				}
+				b.Logf("%-8s %.0f calls served per second", c.name, ops)
+			}
+		}
+	}
+	mean := func(v []float64) float64 {
+		var s float64
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	fl, hand := mean(perSecond["fleet"]), mean(perSecond["by-hand"])
+	b.ReportMetric(fl, "fleet-calls/s")
+	b.ReportMetric(hand, "by-hand-calls/s")
+	b.ReportMetric(fl/hand, "fleet/by-hand")
 }
