@@ -69,7 +69,7 @@ func fleetTotals(cfg *Config) share {
 func (set *gateSet) startFleet(cfg *Config, dial func(context.Context) (leaseConn, error)) {
 	totals := fleetTotals(cfg)
 	t := setTarget{set}
-	t.growTo(zeroShare(len(totals.concurrent))) // from the full budgets down to nothing: nothing runs yet
+	t.shrinkTo(context.Background(), zeroShare(len(totals.concurrent))) // returns at once: nothing runs yet
 	set.fleet = newFleetMember(fleetConfig{
 		name: cfg.Name, table: cfg.fleetTable(), ttl: cfg.fleetTTL(), refresh: cfg.fleetRefresh(),
 		totals: totals, info: fleetInfo(),
