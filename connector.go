@@ -169,7 +169,9 @@ func (c *Connector) Driver() driver.Driver { return &c.drv }
 // destroyed. Waiting operations fail with [ErrClosed]; running ones keep their connection until
 // they end, and it is closed then. With a gate_name shared by other open Connectors, only this
 // Connector closes (Connect fails with ErrClosed) and the gates and pool stay open for them.
-// database/sql's DB.Close calls it. Close is idempotent.
+// With gate_fleet=on, the last Close then waits, at most gate_fleet_ttl, until the connections
+// still in use are closed, and deletes the instance's lease so that the rest of the fleet takes
+// its share at once. database/sql's DB.Close calls it. Close is idempotent.
 func (c *Connector) Close() error {
 	if c.closed.Swap(true) {
 		return nil
