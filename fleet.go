@@ -71,6 +71,7 @@ type fleetMember struct {
 	log    *slog.Logger
 	stop   chan struct{}
 	done   chan struct{}
+	bg     sync.WaitGroup // lease connections being closed in the background
 
 	// The loop's own state, touched only by run.
 	conn       leaseConn
@@ -262,7 +263,7 @@ func (m *fleetMember) dropConn() {
 	}
 	c := m.conn
 	m.conn = nil
-	go c.close()
+	m.bg.Go(c.close)
 }
 
 // fence shrinks the instance to nothing, because the others may count its share as free.
@@ -293,6 +294,7 @@ func (m *fleetMember) fence(why string) {
 
 // leave ends the membership when the loop stops: the instance's pool is closed by then.
 func (m *fleetMember) leave() {
+	defer m.bg.Wait()
 	if m.crashed.Load() {
 		if m.conn != nil {
 			m.conn.close()

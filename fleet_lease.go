@@ -10,7 +10,6 @@ import (
 	"io"
 	"regexp"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -356,12 +355,11 @@ type innerLease struct{ pc *physConn }
 
 // dialLease opens a lease connection with connector, wrapping it as the pool does.
 func dialLease(ctx context.Context, connector driver.Connector, wrap func(driver.Conn, *sockConn) innerConn) (leaseConn, error) {
-	slot := new(atomic.Pointer[sockConn])
-	dc, err := connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
+	dc, sock, err := connect(ctx, connector)
 	if err != nil {
 		return nil, err
 	}
-	return &innerLease{pc: newPhysConn(dc, slot.Load(), wrap)}, nil
+	return &innerLease{pc: newPhysConn(dc, sock, wrap)}, nil
 }
 
 func (l *innerLease) query(ctx context.Context, query string, args ...any) ([][]driver.Value, error) {

@@ -134,15 +134,20 @@ func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleet
 // dialer returns a lease dialer on the server at base ("" for the test server), with an
 // application_name of its own, which it returns.
 func (ft *fleetTest) dialer(base string) (func(context.Context) (leaseConn, error), string) {
+	return ft.dialerWith("pgx", base)
+}
+
+// dialerWith is dialer with the inner driver drv.
+func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (leaseConn, error), string) {
 	if base == "" {
 		base = pgtest.URL(ft.t)
 	}
-	dsn, app := pgDSN(ft.t, base, "pgx", "")
+	dsn, app := pgDSN(ft.t, base, drv, "")
 	u, _ := url.Parse(dsn)
 	q := u.Query()
 	q.Del("gate_driver")
 	u.RawQuery = q.Encode()
-	connector, wrap, err := newInner("pgx", u.String(), innerOptions{})
+	connector, wrap, err := newInner(drv, u.String(), innerOptions{})
 	if err != nil {
 		ft.t.Fatal(err)
 	}
@@ -374,10 +379,14 @@ func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 // take its share meanwhile: its lease backend, held open by the partition, keeps its lock. Once
 // the network heals it gets its share back under the same row.
 func TestFleetBlackholedCoordinationKeepsTheTotals(t *testing.T) {
+	forEachDriver(t, testFleetBlackholed)
+}
+
+func testFleetBlackholed(t *testing.T, drv string) {
 	ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	p, base := proxied(t)
-	dial, _ := ft.dialer(base)
+	dial, _ := ft.dialerWith(drv, base)
 	_, ta := ft.member(nil, nil)
 	b, tb := ft.member(dial, nil)
 	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)

@@ -104,9 +104,10 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 	}
 }
 
-func (p *pool) dial(ctx context.Context) (*physConn, error) {
+// connect opens a connection with connector, dialed through gated (sock is its socket, nil when
+// gated's dialer did not make it), and bounded by ctx whatever the driver does.
+func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, sock *sockConn, err error) {
 	slot := new(atomic.Pointer[sockConn])
-	start := p.obs.now()
 	// lib/pq does not bound setting a connection up by the context (without connect_timeout a
 	// server that accepts and never answers would hold the caller for ever): the context ending
 	// cuts the socket's calls short. pgx bounds it itself.
@@ -115,13 +116,18 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 			s.expire(ctx)
 		}
 	})
-	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
+	dc, err = connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
 	if !stop() && err == nil {
 		// The context ended as the connection was made: its socket's deadline may have passed.
 		dc.Close()
 		err = ctx.Err()
 	}
-	sock := slot.Load()
+	return dc, slot.Load(), err
+}
+
+func (p *pool) dial(ctx context.Context) (*physConn, error) {
+	start := p.obs.now()
+	dc, sock, err := connect(ctx, p.connector)
 	canceled := callerEnded(ctx, err)
 	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
