@@ -71,30 +71,37 @@ func TestPoolSetMaxClosesIdleAtOnceAndInUseOnReturn(t *testing.T) {
 
 // TestFleetRealInstanceHoldsItsShareUnderLoad: a gated instance with gate_fleet=on, under load,
 // beside members with fake targets. Alone it runs with all 8 connections; when another member
-// joins it shrinks to 4 (pool 3, B 3), and when that member leaves it grows back. pg_stat_activity is the
+// joins it shrinks to 4 (pool 3, B 2 of the default workload and 1 of the batch workload), and
+// when that member leaves it grows back. pg_stat_activity is the
 // ground truth: at no sample do the instance's backends and what the other member holds add up to
 // more than the total.
 func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 	for _, drv := range innerDrivers {
 		t.Run(drv, func(t *testing.T) {
-			totals := share{conns: 8, concurrent: []int{6}, queue: []int{6}}
+			totals := share{conns: 8, concurrent: []int{4, 2}, queue: []int{6, 2}}
 			ft := newFleetTest(t, totals, 2*time.Second, 100*time.Millisecond)
 			defer ft.watchDeclared()()
-			params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms&gate_max_conns=8&gate_concurrent=6&gate_queue=6&gate_queue_wait=50ms",
-				ft.name, ft.table)
+			params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms"+
+				"&gate_max_conns=8&gate_concurrent=4&gate_queue=6&gate_queue_wait=50ms&gate_workloads=batch:2:2", ft.name, ft.table)
 			db, c, app := openPGAt(t, pgtest.URL(t), drv, params)
 			waitFor(t, "the instance alone to hold everything", func() bool { return c.Stats().Fleet.Conns == 8 })
-			if s := c.Stats(); s.Concurrent != 6 || s.Queue != 6 || s.Pool.MaxConns != 7 || s.Fleet.Members != 1 || s.Fleet.TotalConcurrent != 6 {
-				t.Fatalf("alone: B %d, Q %d, P %d, fleet %+v", s.Concurrent, s.Queue, s.Pool.MaxConns, s.Fleet)
+			batch := func() Stats { s, _ := c.WorkloadStats("batch"); return s }
+			if s, bs := c.Stats(), batch(); s.Concurrent != 4 || s.Queue != 6 || s.Pool.MaxConns != 7 || s.Fleet.Members != 1 ||
+				s.Fleet.TotalConcurrent != 4 || bs.Concurrent != 2 || bs.Fleet.TotalConcurrent != 2 {
+				t.Fatalf("alone: B %d, Q %d, P %d, fleet %+v; batch B %d, fleet %+v", s.Concurrent, s.Queue, s.Pool.MaxConns, s.Fleet, bs.Concurrent, bs.Fleet)
 			}
 
 			ctx, stop := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			var served, refused atomic.Int64
-			for range 8 {
+			for i := range 10 {
+				wctx := ctx
+				if i >= 8 {
+					wctx = WithWorkload(ctx, "batch")
+				}
 				wg.Go(func() {
 					for ctx.Err() == nil {
-						_, err := db.ExecContext(ctx, "SELECT pg_sleep(0.01)")
+						_, err := db.ExecContext(wctx, "SELECT pg_sleep(0.01)")
 						switch {
 						case err == nil:
 							served.Add(1)
@@ -133,8 +140,8 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 			other = tg
 			otherMu.Unlock()
 			waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().conns == 4 })
-			if s := c.Stats(); s.Concurrent != 3 || s.Pool.MaxConns != 3 || s.Fleet.Members != 2 {
-				t.Fatalf("beside another member: B %d, P %d, fleet %+v", s.Concurrent, s.Pool.MaxConns, s.Fleet)
+			if s, bs := c.Stats(), batch(); s.Concurrent != 2 || bs.Concurrent != 1 || s.Pool.MaxConns != 3 || s.Fleet.Members != 2 {
+				t.Fatalf("beside another member: B %d and batch %d, P %d, fleet %+v", s.Concurrent, bs.Concurrent, s.Pool.MaxConns, s.Fleet)
 			}
 			waitFor(t, "the instance's backends within its share", func() bool { return backends(t, ft.adm, app) <= 4 })
 			at := samples.Load()
