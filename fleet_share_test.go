@@ -137,3 +137,34 @@ func TestFleetShareArraysRoundTrip(t *testing.T) {
 		t.Fatal("parseInts accepted 1,x")
 	}
 }
+
+// TestFleetGrowingNeverLowersAGate: growing from a fitted share toward any grant at least as
+// large gives a share that is nowhere below the one held, nowhere above the grant, and fitted;
+// so growing into a grant that raises one gate never takes permits from another.
+func TestFleetGrowingNeverLowersAGate(t *testing.T) {
+	total := share{conns: 9, concurrent: []int{5, 3}, queue: []int{4, 2}}
+	var cases int
+	for n := 1; n <= 5; n++ {
+		for rank := range n {
+			have := targetShare(total, n, rank)
+			for dc := 0; dc <= 3; dc++ {
+				for db0 := 0; db0 <= 3; db0++ {
+					for db1 := 0; db1 <= 3; db1++ {
+						grant := have.clone()
+						grant.conns += dc
+						grant.concurrent[0] += db0
+						grant.concurrent[1] += db1
+						grant.queue[0] += db0
+						grant.queue[1]++
+						got := have.growToward(grant)
+						cases++
+						if !have.within(got) || !got.within(grant) || !got.fit().equal(got) {
+							t.Fatalf("from %v toward %v: %v (must be between them, and fitted)", have, grant, got)
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d growths checked", cases)
+}
