@@ -80,7 +80,13 @@ type fleetMember struct {
 	have       share     // what the instance holds now; declared by the next refresh
 	validUntil time.Time // monotonic: until when our lease is certainly counted
 	schemaOK   bool
-	lastTarget share  // the fair share computed from the last refresh; valid when joined
+	lastTarget share // the fair share computed from the last refresh; valid when joined
+	// The backend of the lease connection last refreshed on, and of the one before it while the
+	// current connection has not refreshed yet: the server may still hold that one open.
+	leasePID   int64
+	leaseStart time.Time
+	prevPID    int64
+	prevStart  time.Time
 	lastErr    string // what failed in the current streak of failures, logged once; "" after a success
 
 	// Tests only: skew (ns) moves the database's clock as this member's refreshes read it;
@@ -170,6 +176,7 @@ func (m *fleetMember) step() time.Duration {
 	req := &refreshRequest{
 		fleet: m.cfg.name, key: m.key, member: m.id, joining: !m.joined, ttl: m.cfg.ttl, skew: time.Duration(m.skew.Load()),
 		have: m.have, want: m.want(), totals: m.cfg.totals, info: m.cfg.info,
+		prevPID: m.prevPID, prevStart: m.prevStart,
 	}
 	sent := time.Now()
 	v, err := refresh(ctx, m.conn, m.cfg.table, req)
@@ -178,6 +185,7 @@ func (m *fleetMember) step() time.Duration {
 		return m.retryWait()
 	}
 	m.lastErr = ""
+	m.leasePID, m.leaseStart, m.prevPID, m.prevStart = v.pid, v.start, 0, time.Time{}
 	if !v.mine {
 		if m.joined {
 			m.fence("the fleet no longer counts it")
@@ -263,6 +271,10 @@ func (m *fleetMember) dropConn() {
 	}
 	c := m.conn
 	m.conn = nil
+	if m.leasePID != 0 {
+		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
+		m.leasePID = 0
+	}
 	m.bg.Go(c.close)
 }
 

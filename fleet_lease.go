@@ -80,9 +80,10 @@ CREATE OR REPLACE FUNCTION %[1]s_refresh(
 	f text, k int, m int, joining boolean, ttl interval, skew interval,
 	have_c int, have_b int[], have_q int[],
 	want_c int, want_b int[], want_q int[],
-	tot_c int, tot_b int[], tot_q int[], note text)
+	tot_c int, tot_b int[], tot_q int[], note text, prev_pid int, prev_start timestamptz)
 RETURNS TABLE(r_member int, r_joined timestamptz, r_live boolean, r_conns int, r_concurrent text, r_queue text,
-	r_total_conns int, r_total_concurrent text, r_total_queue text, r_info text, r_mine boolean)
+	r_total_conns int, r_total_concurrent text, r_total_queue text, r_info text, r_mine boolean,
+	r_pid int, r_start timestamptz)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
 	t timestamptz := clock_timestamp() + skew;
@@ -93,7 +94,15 @@ DECLARE
 	grant_q int[] := have_q;
 	oc int; ob int; oq int;
 	ec int; eb int; eq int;
+	me_start timestamptz := (SELECT a.backend_start FROM pg_stat_activity a WHERE a.pid = pg_backend_pid());
 BEGIN
+	IF prev_pid > 0 AND prev_pid <> pg_backend_pid() THEN
+		-- The member's previous lease connection, given up after a timeout or a partition while
+		-- the server may still hold it open: it would count one above the share until the
+		-- server's TCP keepalive ended it.
+		PERFORM pg_terminate_backend(a.pid) FROM pg_stat_activity a
+			WHERE a.pid = prev_pid AND a.backend_start = prev_start AND a.usename = current_user;
+	END IF;
 	SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 		AND l.pid = pg_backend_pid() AND l.classid = k::oid AND l.objid = m::oid) INTO locked;
 	IF joining THEN
@@ -127,7 +136,8 @@ BEGIN
 	IF n = 0 THEN
 		RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
 			array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
-			array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, false
+			array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, false,
+			pg_backend_pid(), me_start
 			FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
 		RETURN;
 	END IF;
@@ -155,7 +165,8 @@ BEGIN
 	END IF;
 	RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
 		array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
-		array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, r.member = m
+		array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, r.member = m,
+		pg_backend_pid(), me_start
 		FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
 END
 $fn$;
@@ -165,7 +176,7 @@ COMMIT`, table)
 // fleetSchemaVersion names the refresh function's signature: a table made by another version
 // of gated with other functions is refreshed by its own functions.
 func fleetRefreshSignature(table string) string {
-	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text)"
+	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz)"
 }
 
 // A fleetRow is one member as the refresh function reports it.
@@ -183,6 +194,10 @@ type fleetRow struct {
 type fleetView struct {
 	rows []fleetRow
 	mine bool // the refresh found the member's row live and refreshed it
+	// The lease connection's backend, which a later lease connection of the member terminates
+	// should the server still hold it: zero when the fleet has no row.
+	pid   int64
+	start time.Time
 }
 
 // me returns the member's own row.
@@ -234,6 +249,9 @@ type refreshRequest struct {
 	want    share
 	totals  share
 	info    string
+	// The member's previous lease connection's backend, to be terminated; 0 for none.
+	prevPID   int64
+	prevStart time.Time
 }
 
 // interval formats d for PostgreSQL's interval input.
@@ -244,7 +262,7 @@ func interval(d time.Duration) string {
 func refreshQuery(table string) string {
 	return "SELECT * FROM " + table + "_refresh($1, $2, $3, $4, $5::text::interval, $6::text::interval, " +
 		"$7, $8::text::int[], $9::text::int[], $10, $11::text::int[], $12::text::int[], " +
-		"$13, $14::text::int[], $15::text::int[], $16)"
+		"$13, $14::text::int[], $15::text::int[], $16, $17, $18)"
 }
 
 // A leaseConn is the connection a member keeps its lease on. It belongs to the member's loop:
@@ -264,7 +282,8 @@ func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) 
 		r.fleet, int64(r.key), int64(r.member), r.joining, interval(r.ttl), interval(r.skew),
 		int64(r.have.conns), sqlInts(r.have.concurrent), sqlInts(r.have.queue),
 		int64(r.want.conns), sqlInts(r.want.concurrent), sqlInts(r.want.queue),
-		int64(r.totals.conns), sqlInts(r.totals.concurrent), sqlInts(r.totals.queue), r.info)
+		int64(r.totals.conns), sqlInts(r.totals.concurrent), sqlInts(r.totals.queue), r.info,
+		r.prevPID, nullTime(r.prevStart))
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +295,8 @@ func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) 
 		}
 		v.mine = v.mine || fr.mine
 		v.rows = append(v.rows, fr)
+		v.pid, _ = row[11].(int64)
+		v.start, _ = row[12].(time.Time)
 	}
 	return v, nil
 }
@@ -283,7 +304,7 @@ func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) 
 var errFleetRow = errors.New("gated: fleet table: unexpected row from the refresh function")
 
 func scanFleetRow(row []driver.Value) (fleetRow, error) {
-	if len(row) != 11 {
+	if len(row) != 13 {
 		return fleetRow{}, errFleetRow
 	}
 	var fr fleetRow
@@ -308,6 +329,14 @@ func scanFleetRow(row []driver.Value) (fleetRow, error) {
 	fr.info = textValue(row[9])
 	fr.mine, _ = row[10].(bool)
 	return fr, errors.Join(errs...)
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) driver.Value {
+	if t.IsZero() {
+		return nil
+	}
+	return t
 }
 
 func textValue(v driver.Value) string {

@@ -377,7 +377,7 @@ func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 // proxy that stops forwarding. Its refreshes hang and time out; it keeps its share without
 // growing until its lease may have expired, then fences itself to nothing. The others never
 // take its share meanwhile: its lease backend, held open by the partition, keeps its lock. Once
-// the network heals it gets its share back under the same row.
+// the network heals it gets its share back under the same row, and terminates that backend.
 func TestFleetBlackholedCoordinationKeepsTheTotals(t *testing.T) {
 	forEachDriver(t, testFleetBlackholed)
 }
@@ -386,7 +386,7 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	p, base := proxied(t)
-	dial, _ := ft.dialerWith(drv, base)
+	dial, app := ft.dialerWith(drv, base)
 	_, ta := ft.member(nil, nil)
 	b, tb := ft.member(dial, nil)
 	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
@@ -400,6 +400,10 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	}
 	p.Blackhole(false)
 	waitShares(t, "healed", []*fakeTarget{ta, tb}, 6, 6)
+	// The lease connection given up during the partition is still open on the server (the
+	// proxy holds it, as a partitioned network does until TCP keepalive ends it): the member's
+	// new lease connection terminates it.
+	waitFor(t, "the given-up lease connection terminated", func() bool { return backends(t, ft.adm, app) == 1 })
 }
 
 // TestFleetFailingCoordinationKeepsTheShareThenFences: every refresh of one member is cut by the
@@ -527,4 +531,38 @@ func BenchmarkFleetRefresh(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestFleetGivenUpLeaseConnectionIsTerminated: one refresh of a member hangs for good on its
+// connection (a network that drops that one flow; the server keeps the backend open). The
+// member gives the connection up at its timeout, keeps its share on a new lease connection, and
+// terminates the old backend, which would otherwise count one above its share (and hold its lock)
+// until the server's TCP keepalive ended it.
+func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
+		defer ft.watchDeclared()()
+		p, base := proxied(t)
+		dial, app := ft.dialerWith(drv, base)
+		_, ta := ft.member(nil, nil)
+		b, tb := ft.member(dial, nil)
+		waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+		var old int
+		if err := ft.adm.QueryRow("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app).Scan(&old); err != nil {
+			t.Fatal(err)
+		}
+		errs := b.stats().RefreshErrors
+		holed := p.Arm(faultproxy.Rule{Match: []byte(tb.name), How: faultproxy.Blackhole, When: faultproxy.BeforeRequest})
+		<-holed
+		waitFor(t, "the hung refresh given up", func() bool { return b.stats().RefreshErrors > errs })
+		waitFor(t, "the given-up lease connection's backend terminated", func() bool {
+			var n int
+			return ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", old).Scan(&n) == nil && n == 0
+		})
+		waitFor(t, "one lease connection", func() bool { return backends(t, ft.adm, app) == 1 })
+		if s := tb.holds(); s.conns != 6 {
+			t.Errorf("the member holds %v after one hung refresh, want its share of 6 kept", s)
+		}
+		p.Close() // ends the held flow, so that the member's background close of it need not wait for its bound
+	})
 }
