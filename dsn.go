@@ -3,6 +3,7 @@ package gated
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"strconv"
 	"strings"
@@ -302,69 +303,99 @@ func splitQuery(dsn string, ours func(string) bool) (string, []gateParam, error)
 	return b.String(), params, nil
 }
 
-// splitKV is splitParams for the keyword/value form. It follows libpq's tokenizer: a key
-// runs to whitespace or '=', spaces may surround '=', an empty value takes the next word (as in
-// libpq), a quoted value ends at its closing quote and an unquoted one at whitespace, with a
-// backslash escaping the next byte in both. A word without '=' is left for the inner driver to
-// reject unless it is a gate_ key. Each gate_ pair is cut out with one adjacent whitespace byte.
+// A kvToken is one pair of a keyword/value DSN as libpq's tokenizer reads it: a key runs to
+// whitespace or '='; whitespace may surround '='; a value is either quoted, ending at the first
+// single quote not escaped by a backslash, or bare, ending at whitespace; in both a backslash
+// escapes the next byte (unescapeKV). An empty value takes the next word, as in libpq.
+type kvToken struct {
+	key        string
+	start      int    // where the key begins
+	valueStart int    // where the value begins, its opening quote included
+	end        int    // just past the value, its closing quote included
+	raw        string // the value as written, without its quotes, still escaped
+	// problem is nil, errMissingValue (a word without '='; the value is empty),
+	// errUnterminated (a quote that never closes; raw runs to the end of the DSN) or
+	// errBackslashEnd (a bare value whose last byte is a lone backslash; raw runs to the end).
+	problem error
+}
+
+// kvTokens yields the pairs of a keyword/value DSN, in order. Its callers decide what a problem
+// means: ParseDSN refuses it in a gate_ pair, the redactor reads on.
+func kvTokens(dsn string) iter.Seq[kvToken] {
+	return func(yield func(kvToken) bool) {
+		n := len(dsn)
+		for i := skipSpace(dsn, 0); i < n; i = skipSpace(dsn, i) {
+			t := kvToken{start: i}
+			for i < n && !isKVSpace(dsn[i]) && dsn[i] != '=' {
+				i++
+			}
+			t.key = dsn[t.start:i]
+			eq := skipSpace(dsn, i)
+			if eq == n || dsn[eq] != '=' {
+				t.valueStart, t.end, t.problem = i, i, errMissingValue
+				if !yield(t) {
+					return
+				}
+				continue
+			}
+			i = skipSpace(dsn, eq+1)
+			t.valueStart = i
+			if i < n && dsn[i] == '\'' {
+				i++
+				vstart := i
+				for i < n && dsn[i] != '\'' {
+					if dsn[i] == '\\' {
+						i++
+					}
+					i++
+				}
+				if i >= n {
+					i, t.problem = n, errUnterminated
+					t.raw = dsn[vstart:]
+				} else {
+					t.raw = dsn[vstart:i]
+					i++
+				}
+			} else {
+				vstart := i
+				for i < n && !isKVSpace(dsn[i]) {
+					if dsn[i] == '\\' {
+						i++
+					}
+					i++
+				}
+				if i > n {
+					i, t.problem = n, errBackslashEnd
+				}
+				t.raw = dsn[vstart:i]
+			}
+			t.end = i
+			if !yield(t) {
+				return
+			}
+		}
+	}
+}
+
+// splitKV is splitParams for the keyword/value form (kvTokens). A word without '=' is left for
+// the inner driver to reject unless it is a gate_ key. Each gate_ pair is cut out with one
+// adjacent whitespace byte.
 func splitKV(dsn string, ours func(string) bool) (string, []gateParam, error) {
 	var params []gateParam
 	var cuts [][2]int
 	n := len(dsn)
-	for i := skipSpace(dsn, 0); i < n; i = skipSpace(dsn, i) {
-		start := i
-		for i < n && !isKVSpace(dsn[i]) && dsn[i] != '=' {
-			i++
-		}
-		key := dsn[start:i]
-		gate := ours(key)
-		eq := skipSpace(dsn, i)
-		if eq == n || dsn[eq] != '=' {
-			if gate {
-				return "", nil, &DSNError{Key: key, Err: errMissingValue}
-			}
-			continue
-		}
-		i = skipSpace(dsn, eq+1)
-		var raw string
-		if i < n && dsn[i] == '\'' {
-			i++
-			vstart := i
-			for i < n && dsn[i] != '\'' {
-				if dsn[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			if i >= n {
-				if gate {
-					return "", nil, &DSNError{Key: key, Err: errUnterminated}
-				}
-				// Naming the key could quote a password: in "password=se cret='x" the
-				// key would be "cret".
-				return "", nil, &DSNError{Err: errors.New("unterminated quoted value in keyword/value DSN")}
-			}
-			raw = dsn[vstart:i]
-			i++
-		} else {
-			vstart := i
-			for i < n && !isKVSpace(dsn[i]) {
-				if dsn[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			if i > n {
-				if gate {
-					return "", nil, &DSNError{Key: key, Err: errBackslashEnd}
-				}
-				i = n
-			}
-			raw = dsn[vstart:i]
-		}
-		if gate {
-			params = append(params, gateParam{key, unescapeKV(raw)})
-			cuts = append(cuts, [2]int{start, i})
+	for t := range kvTokens(dsn) {
+		gate := ours(t.key)
+		switch {
+		case t.problem != nil && gate:
+			return "", nil, &DSNError{Key: t.key, Err: t.problem}
+		case t.problem == errUnterminated:
+			// Naming the key could quote a password: in "password=se cret='x" the key would
+			// be "cret".
+			return "", nil, &DSNError{Err: errors.New("unterminated quoted value in keyword/value DSN")}
+		case gate:
+			params = append(params, gateParam{t.key, unescapeKV(t.raw)})
+			cuts = append(cuts, [2]int{t.start, t.end})
 		}
 	}
 	if len(params) == 0 {
@@ -393,15 +424,19 @@ func splitKV(dsn string, ours func(string) bool) (string, []gateParam, error) {
 	return b.String(), params, nil
 }
 
-// unescapeKV decodes \\ and \' as pgx does; any other backslash stays.
+// unescapeKV drops every escaping backslash, as libpq and pgx read a keyword/value value: a
+// backslash takes the next byte literally.
 func unescapeKV(s string) string {
 	if strings.IndexByte(s, '\\') < 0 {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+1 < len(s) && (s[i+1] == '\\' || s[i+1] == '\'') {
+		if s[i] == '\\' {
 			i++
+			if i == len(s) {
+				break
+			}
 		}
 		b.WriteByte(s[i])
 	}

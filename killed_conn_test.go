@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -52,13 +53,16 @@ func TestIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 			{"BeginTx", func() error {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {
-					return err
+					return fmt.Errorf("BeginTx: %w", err)
 				}
 				if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (v) VALUES (2)"); err != nil {
 					tx.Rollback()
-					return err
+					return fmt.Errorf("INSERT in the transaction: %w", err)
 				}
-				return tx.Commit()
+				if err := tx.Commit(); err != nil {
+					return fmt.Errorf("Commit: %w", err)
+				}
+				return nil
 			}},
 			{"prepared statement", func() error {
 				_, err := prepared.ExecContext(ctx, 3)

@@ -99,9 +99,9 @@ func redact(msg, dsn string) string {
 func secretsOf(dsn string) []string {
 	var raw []string
 	if dsnFormOf(dsn) == formKV {
-		for _, p := range kvPairs(dsn) {
-			if isPasswordKey(p.key) {
-				raw = append(raw, p.value, dsn[p.start:p.end], strings.Trim(dsn[p.start:p.end], "'"))
+		for t := range kvTokens(dsn) {
+			if isPasswordKey(t.key) && t.problem != errMissingValue {
+				raw = append(raw, unescapeKV(t.raw), dsn[t.valueStart:t.end], strings.Trim(dsn[t.valueStart:t.end], "'"))
 			}
 		}
 	} else if user, after, ok := strings.Cut(afterScheme(dsn), ":"); ok && !strings.ContainsAny(user, "/?#@= \t") {
@@ -140,7 +140,7 @@ func secretsOf(dsn string) []string {
 		}
 	}
 	for _, r := range raw {
-		decoded := []string{r, unescapeLibpq(r), unescapeKV(r)}
+		decoded := []string{r, unescapeKV(r), unescapeQuotes(r)}
 		if u, err := url.PathUnescape(r); err == nil {
 			decoded = append(decoded, u)
 		}
@@ -173,83 +173,6 @@ func isPasswordKey(key string) bool {
 	return strings.Contains(strings.ToLower(key), "password")
 }
 
-// A kvPair is one keyword/value pair of a DSN: its key, its decoded value, and where its value is
-// written in the DSN (quotes included).
-type kvPair struct {
-	key        string
-	value      string
-	start, end int
-}
-
-// kvPairs reads dsn as libpq reads a keyword/value connection string: a key runs to whitespace or
-// '='; whitespace may surround '='; a value is either quoted, ending at the first unescaped
-// single quote, or bare, ending at whitespace; in both a backslash takes the next byte literally
-// (libpq and pgx 5.12 drop every escaping backslash). An empty value takes the next word. A word
-// without '=' is skipped, and an unterminated quote runs to the end: the pairs are for finding
-// passwords, so a malformed DSN yields what may be one rather than an error.
-func kvPairs(dsn string) []kvPair {
-	var out []kvPair
-	n := len(dsn)
-	for i := skipSpace(dsn, 0); i < n; i = skipSpace(dsn, i) {
-		kstart := i
-		for i < n && !isKVSpace(dsn[i]) && dsn[i] != '=' {
-			i++
-		}
-		key := dsn[kstart:i]
-		eq := skipSpace(dsn, i)
-		if eq == n || dsn[eq] != '=' {
-			continue
-		}
-		i = skipSpace(dsn, eq+1)
-		start := i
-		var v strings.Builder
-		if i < n && dsn[i] == '\'' {
-			for i++; i < n && dsn[i] != '\''; i++ {
-				if dsn[i] == '\\' && i+1 < n {
-					i++
-				}
-				v.WriteByte(dsn[i])
-			}
-			if i < n {
-				i++ // the closing quote
-			}
-		} else {
-			for ; i < n && !isKVSpace(dsn[i]); i++ {
-				if dsn[i] == '\\' {
-					if i+1 == n {
-						break
-					}
-					i++
-				}
-				v.WriteByte(dsn[i])
-			}
-			if i > n {
-				i = n
-			}
-		}
-		out = append(out, kvPair{key: key, value: v.String(), start: start, end: i})
-	}
-	return out
-}
-
-// unescapeLibpq drops every escaping backslash, as libpq and pgx 5.12 read a keyword/value value.
-func unescapeLibpq(s string) string {
-	if strings.IndexByte(s, '\\') < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' {
-			i++
-			if i == len(s) {
-				break
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // escapeKV escapes quotes and backslashes as a quoted keyword/value value holds them (lib/pq
 // writes a URL's password so when it turns the URL into keyword/value form).
 func escapeKV(s string) string {
@@ -264,9 +187,9 @@ func redactDSN(dsn string) string {
 	var spans []span
 	switch dsnFormOf(dsn) {
 	case formKV:
-		for _, p := range kvPairs(dsn) {
-			if isPasswordKey(p.key) {
-				spans = append(spans, span{p.start, p.end})
+		for t := range kvTokens(dsn) {
+			if isPasswordKey(t.key) && t.problem != errMissingValue {
+				spans = append(spans, span{t.valueStart, t.end})
 			}
 		}
 	case formQuery:
@@ -359,4 +282,10 @@ func redactErr(err error, dsn string) error {
 		err = &url.Error{Op: ue.Op, URL: redact(ue.URL, dsn), Err: ue.Err}
 	}
 	return &redactedError{msg: redact(err.Error(), dsn), err: err}
+}
+
+// unescapeQuotes decodes only \\ and \', as pgx before 5.12 read a keyword/value value: a
+// message of a driver that reads so may hold that spelling.
+func unescapeQuotes(s string) string {
+	return strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(s)
 }
