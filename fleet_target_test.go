@@ -167,7 +167,8 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 }
 
 // TestFleetNeedsAName: gate_fleet=on without gate_name is a *DSNError naming gate_fleet, from
-// sql.Open as from NewConnector.
+// sql.Open as from NewConnector; so are a driver other than pgx and lib/pq, a transaction pooler,
+// a bad table name and a refresh above a third of the TTL.
 func TestFleetNeedsAName(t *testing.T) {
 	cfg, err := ParseDSN("postgres://db/app?gate_fleet=on")
 	if err != nil {
@@ -183,6 +184,7 @@ func TestFleetNeedsAName(t *testing.T) {
 		"postgres://db/app?gate_fleet=on&gate_name=a&gate_fleet_table=Bad-Name",
 		"postgres://db/app?gate_fleet=on&gate_name=a&gate_fleet_ttl=3s&gate_fleet_refresh=2s",
 		"postgres://db/app?gate_fleet=yes&gate_name=a",
+		"postgres://db/app?gate_fleet=on&gate_name=a&gate_pooler=transaction&default_query_exec_mode=exec",
 	} {
 		if _, err := ParseDSN(dsn); !errors.As(err, &de) {
 			t.Errorf("ParseDSN(%q): %v, want a *DSNError", dsn, err)
