@@ -2,6 +2,7 @@ package gated
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -166,10 +167,10 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 	}
 }
 
-// TestFleetNeedsAName: gate_fleet=on without gate_name is a *DSNError naming gate_fleet, from
+// TestFleetConfigurationErrors: gate_fleet=on without gate_name is a *DSNError naming gate_fleet, from
 // sql.Open as from NewConnector; so are a driver other than pgx and lib/pq, a transaction pooler,
 // a bad table name and a refresh above a third of the TTL.
-func TestFleetNeedsAName(t *testing.T) {
+func TestFleetConfigurationErrors(t *testing.T) {
 	cfg, err := ParseDSN("postgres://db/app?gate_fleet=on")
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +179,9 @@ func TestFleetNeedsAName(t *testing.T) {
 	var de *DSNError
 	if !errors.As(err, &de) || de.Key != keyFleet {
 		t.Fatalf("NewConnector: %v, want a *DSNError for %s", err, keyFleet)
+	}
+	if _, err := sql.Open(DriverName, "postgres://db/app?gate_fleet=on"); !errors.As(err, &de) || de.Key != keyFleet {
+		t.Fatalf("sql.Open: %v, want a *DSNError for %s", err, keyFleet)
 	}
 	for _, dsn := range []string{
 		"postgres://db/app?gate_fleet=on&gate_name=a&gate_driver=mysql",
