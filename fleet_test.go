@@ -31,6 +31,9 @@ type fakeFleet struct {
 	mu         sync.Mutex
 	held       map[*fakeTarget]share
 	violations []string
+	// lower holds the totals of members configured with less than totals: while such a member
+	// holds anything, the instances must hold no more than its totals.
+	lower map[string]share // by the member's name
 }
 
 func newFakeFleet(t testing.TB, totals share) *fakeFleet {
@@ -85,6 +88,12 @@ func (tg *fakeTarget) set(s share) {
 	}
 	if !total.within(f.totals) {
 		f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v, above the totals %v", tg.name, s, total, f.totals))
+	}
+	for low, h := range f.held {
+		if lt, ok := f.lower[low.name]; ok && h.conns > 0 && !total.within(lt) {
+			f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v while %s, configured with %v, holds %v",
+				tg.name, s, total, low.name, lt, h))
+		}
 	}
 }
 
@@ -156,6 +165,11 @@ func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (leaseC
 
 // member starts a member with a fake target on the lease dialer dial (nil: the test server's).
 func (ft *fleetTest) member(dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
+	return ft.memberWith(ft.f.totals, dial, beforeStep)
+}
+
+// memberWith is member configured with totals of its own.
+func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
 	ft.seq++
 	tg := &fakeTarget{f: ft.f, name: fmt.Sprintf("member %d", ft.seq)}
 	if dial == nil {
@@ -165,7 +179,7 @@ func (ft *fleetTest) member(dial func(context.Context) (leaseConn, error), befor
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("member", tg.name)
 	}
-	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: ft.f.totals, info: tg.name}, dial, tg, log)
+	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: totals, info: tg.name}, dial, tg, log)
 	m.beforeStep = beforeStep
 	m.start()
 	ft.t.Cleanup(func() {
@@ -565,4 +579,21 @@ func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
 		}
 		p.Close() // ends the held flow, so that the member's background close of it need not wait for its bound
 	})
+}
+
+// TestFleetKeepsToTheSmallestTotals: during a rolling deploy that lowers the budget from 12 to 8
+// connections, old and new members run side by side; the fleet keeps to 8 while any member
+// configured with 8 lives, and the old members' shares shrink to fit.
+func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	_, ta := ft.member(nil, nil)
+	_, tb := ft.member(nil, nil)
+	waitShares(t, "two old", []*fakeTarget{ta, tb}, 6, 6)
+	lower := share{conns: 8, concurrent: []int{6}, queue: []int{12}}
+	ft.f.mu.Lock()
+	ft.f.lower = map[string]share{"member 3": lower} // the next member's name
+	ft.f.mu.Unlock()
+	_, tc := ft.memberWith(lower, nil, nil)
+	waitShares(t, "two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
 }
