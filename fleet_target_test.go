@@ -199,3 +199,23 @@ func TestFleetConfigurationErrors(t *testing.T) {
 		t.Errorf("ParseDSN(%q): %v", u, err)
 	}
 }
+
+// TestFleetBehindPgBouncerInSessionMode: through a PgBouncer in session mode each client
+// connection keeps one server connection, so the lease and its lock work as against the server:
+// an instance behind the pooler and a member straight on the server share the totals, and the
+// instance shrinks when the other joins.
+func TestFleetBehindPgBouncerInSessionMode(t *testing.T) {
+	ft := newFleetTest(t, share{conns: 8, concurrent: []int{6}, queue: []int{6}}, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	bouncer := startPgBouncerMode(t, "session", 20)
+	params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms&gate_max_conns=8&gate_concurrent=6&gate_queue=6",
+		ft.name, ft.table)
+	db, c, _ := openPGAt(t, bouncer, "pgx", params)
+	waitFor(t, "the instance behind PgBouncer to hold everything", func() bool { return c.Stats().Fleet.Conns == 8 })
+	_, tg := ft.member(nil, nil)
+	waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().conns == 4 })
+	if _, err := db.Exec("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	checkQuiet(t, db, c, 0)
+}
