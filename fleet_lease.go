@@ -32,7 +32,10 @@ import (
 // the others' declarations from a snapshot taken after the lock (each statement of a VOLATILE
 // function takes its own), and grants only what they leave free; the grant is committed before
 // the member grows into it. Growth is therefore serialized, and the declared shares of the live
-// members never add up to more than the totals.
+// members never add up to more than the totals. A dead row is never refreshed back to life: once
+// the others may have counted its share as free, its member must join again from nothing. The
+// first refresh on a new lease connection terminates the member's previous lease backend if the
+// server still holds it open (a flow the network dropped).
 
 // defaultFleetTable is gate_fleet_table's default.
 const defaultFleetTable = "gated_fleet"
