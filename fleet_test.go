@@ -597,3 +597,28 @@ func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
 	_, tc := ft.memberWith(lower, nil, nil)
 	waitShares(t, "two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
 }
+
+// TestFleetSurvivesAServerRestart: the server restarts under a fleet of two. Their lease
+// connections break and their locks go with the server, but their leases are rows: each member
+// reconnects, finds its row live, and keeps its share; nobody is ever above the totals.
+func TestFleetSurvivesAServerRestart(t *testing.T) {
+	cluster := pgtest.NewCluster(t)
+	ft := newFleetTest(t, totals12, 20*time.Second, 200*time.Millisecond)
+	defer ft.watchDeclared()()
+	dial, _ := ft.dialer(cluster.URL())
+	// The fleet's table is on the cluster; the test server's admin connection cannot see it, so
+	// the declared sums are checked by the members' fake targets only.
+	a, ta := ft.member(dial, nil)
+	b, tb := ft.member(dial, nil)
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	errs := a.stats().RefreshErrors + b.stats().RefreshErrors
+	changes := a.stats().ShareChanges + b.stats().ShareChanges
+	cluster.Restart(t)
+	waitFor(t, "refreshes to fail and then succeed again", func() bool {
+		return a.stats().RefreshErrors+b.stats().RefreshErrors > errs && a.stats().Members == 2 && b.stats().Members == 2
+	})
+	waitShares(t, "after the restart", []*fakeTarget{ta, tb}, 6, 6)
+	if c := a.stats().ShareChanges + b.stats().ShareChanges; c != changes {
+		t.Errorf("the shares changed %d times across the restart, want none: the members were to keep them", c-changes)
+	}
+}
