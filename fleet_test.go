@@ -604,10 +604,9 @@ func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
 func TestFleetSurvivesAServerRestart(t *testing.T) {
 	cluster := pgtest.NewCluster(t)
 	ft := newFleetTest(t, totals12, 20*time.Second, 200*time.Millisecond)
-	defer ft.watchDeclared()()
 	dial, _ := ft.dialer(cluster.URL())
-	// The fleet's table is on the cluster; the test server's admin connection cannot see it, so
-	// the declared sums are checked by the members' fake targets only.
+	// The fleet's table is on the cluster, which the test's admin connection does not reach: what
+	// the members hold is checked by their fake targets.
 	a, ta := ft.member(dial, nil)
 	b, tb := ft.member(dial, nil)
 	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
