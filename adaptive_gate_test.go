@@ -240,3 +240,24 @@ func TestAutoAddsNoAllocationToAFailingCall(t *testing.T) {
 		t.Errorf("a failing call allocates %v times with gate_concurrent=auto, %v with a fixed B", auto, fixed)
 	}
 }
+
+// A fleet share is a hard bound for gate_concurrent=auto too: setLimits below
+// gate_concurrent_min lowers the limit to the share, and raising it again lets the limiter grow
+// only up to the new ceiling.
+func TestSetLimitsBoundsAnAutoGateBelowItsMinimum(t *testing.T) {
+	g := newTestGate(4, 4, time.Minute)
+	g.autoLimit(true, 2)
+	if s := gateStats(g); s.Concurrent != 2 {
+		t.Fatalf("auto gate starts at Concurrent = %d, want its minimum 2", s.Concurrent)
+	}
+	for _, b := range []int{1, 0} {
+		g.setLimits(b, b)
+		if s := gateStats(g); s.Concurrent != b || s.Queue != b {
+			t.Errorf("after setLimits(%d, %d): Concurrent = %d, Queue = %d", b, b, s.Concurrent, s.Queue)
+		}
+	}
+	g.setLimits(3, 3)
+	if s := gateStats(g); s.Concurrent < 2 || s.Concurrent > 3 {
+		t.Errorf("after setLimits(3, 3): Concurrent = %d, want between the minimum 2 and the ceiling 3", s.Concurrent)
+	}
+}

@@ -29,14 +29,17 @@ const (
 	// cut short by the caller's context (canceled, or its deadline passed), which leaves the
 	// connection in a state gated cannot trust. Nothing was wrong with the server.
 	CloseCanceled
+	// CloseShrunk: closed because the pool's share of a fleet's connections shrank
+	// (gate_fleet=on): idle at once, in use when its operation ended.
+	CloseShrunk
 
 	numCloseReasons = iota
 )
 
-var closedForNames = [numCloseReasons]string{"broken", "lifetime", "idle_time", "dead_idle", "close", "canceled"}
+var closedForNames = [numCloseReasons]string{"broken", "lifetime", "idle_time", "dead_idle", "close", "canceled", "shrunk"}
 
-// String returns the reason's name: "broken", "lifetime", "idle_time", "dead_idle", "close" or
-// "canceled", the reason label of gatedprom's and gatedotel's close counters.
+// String returns the reason's name: "broken", "lifetime", "idle_time", "dead_idle", "close",
+// "canceled" or "shrunk", the reason label of gatedprom's and gatedotel's close counters.
 func (r CloseReason) String() string {
 	if int(r) < len(closedForNames) {
 		return closedForNames[r]
@@ -70,6 +73,8 @@ func (s *PoolStats) ClosedFor(r CloseReason) int64 {
 		return s.ClosedByClose
 	case CloseCanceled:
 		return s.ClosedCanceled
+	case CloseShrunk:
+		return s.ClosedShrunk
 	}
 	return 0
 }
@@ -127,6 +132,7 @@ func (p *pool) obsStatsLocked(s *PoolStats) {
 	s.ClosedDeadIdle = p.closedBy[CloseDeadIdle]
 	s.ClosedByClose = p.closedBy[CloseConnector]
 	s.ClosedCanceled = p.closedBy[CloseCanceled]
+	s.ClosedShrunk = p.closedBy[CloseShrunk]
 }
 
 // expiryReason says which limit an expired connection passed.

@@ -98,6 +98,20 @@ type Config struct {
 	// DSN points at a pooler in transaction mode (PgBouncer's pool_mode=transaction). PostgreSQL
 	// drivers only.
 	Pooler string
+	// Fleet is gate_fleet=on (default off): MaxConns and every gate's B and Q are the totals of
+	// all live instances with this Name on this database, and each instance runs with its share,
+	// coordinated through the database itself (see docs/fleet.md). It needs a Name and a
+	// PostgreSQL driver; each instance keeps one connection of its share for its lease.
+	Fleet bool
+	// FleetTable is gate_fleet_table (zero: "gated_fleet"): the table, created when the role
+	// may, that holds the fleet's leases, a lowercase identifier optionally schema-qualified.
+	FleetTable string
+	// FleetTTL is gate_fleet_ttl (zero: 15s): how long a member's lease lasts, by the
+	// database's clock. A crashed instance's share comes back after it.
+	FleetTTL time.Duration
+	// FleetRefresh is gate_fleet_refresh (zero: 5s): how often a member refreshes its lease,
+	// at most a third of FleetTTL.
+	FleetRefresh time.Duration
 
 	// PgxBeforeConnect, when not nil, is called with gate_driver=pgx before each physical
 	// connection opens, with a copy of the pgx configuration parsed from DSN that it may change
@@ -157,6 +171,8 @@ const (
 	defaultQueueWait       = time.Second
 	defaultMaxConnLifetime = time.Hour
 	defaultMaxConnIdleTime = 30 * time.Minute
+	defaultFleetTTL        = 15 * time.Second
+	defaultFleetRefresh    = 5 * time.Second
 	// defaultJitterDivisor: the default jitter is a tenth of the lifetime. pgxpool's default is
 	// none, HikariCP takes up to 2.5% off; a tenth spreads the reconnects of connections opened
 	// in the same second (a fleet deployed together, a pool filled by a burst) over six minutes
@@ -254,6 +270,30 @@ func (c *Config) fillDefaults() {
 	if c.Pooler == "none" {
 		c.Pooler = ""
 	}
+	// FleetTable, FleetTTL and FleetRefresh stay zero for their defaults, like the jitter: a
+	// Config that does not ask for a fleet reads the same as before (fleetTable and its siblings).
+}
+
+// fleetTable, fleetTTL and fleetRefresh return the fleet's settings of c, defaults filled in.
+func (c *Config) fleetTable() string {
+	if c.FleetTable == "" {
+		return defaultFleetTable
+	}
+	return c.FleetTable
+}
+
+func (c *Config) fleetTTL() time.Duration {
+	if c.FleetTTL == 0 {
+		return defaultFleetTTL
+	}
+	return c.FleetTTL
+}
+
+func (c *Config) fleetRefresh() time.Duration {
+	if c.FleetRefresh == 0 {
+		return defaultFleetRefresh
+	}
+	return c.FleetRefresh
 }
 
 // normalize fills in the defaults of c's zero fields (fillDefaults) and validates every field,
@@ -369,6 +409,9 @@ func (c *Config) check() error {
 		}
 		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
 	}
+	if err := c.checkFleet(postgres); err != nil {
+		return err
+	}
 	if (c.PgxBeforeConnect != nil || c.PgxAfterConnect != nil) && c.Driver != "pgx" {
 		return &DSNError{Key: keyDriver, Err: fmt.Errorf("Config.PgxBeforeConnect and PgxAfterConnect need gate_driver pgx, not %s", shownValue(c.Driver))}
 	}
@@ -388,3 +431,28 @@ func (c *Config) lifetimeJitter() time.Duration {
 
 // orZero turns the None of a normalized field into the zero that gates and pools read as none.
 func orZero[T ~int | ~int64](v T) T { return max(v, 0) }
+
+// checkFleet validates the fleet's fields once the defaults are filled in. That gate_fleet=on
+// needs a gate_name is checked by NewConnector, so that ParseDSN reads each key on its own.
+func (c *Config) checkFleet(postgres bool) error {
+	switch ttl, refresh := c.fleetTTL(), c.fleetRefresh(); {
+	case !fleetTableName.MatchString(c.fleetTable()):
+		return &DSNError{Key: keyFleetTable, Err: fmt.Errorf("invalid value %s: want a lowercase identifier, optionally schema-qualified, of at most 54 bytes", shownValue(c.FleetTable))}
+	case ttl < 0:
+		return &DSNError{Key: keyFleetTTL, Err: fmt.Errorf("%v is negative", ttl)}
+	case refresh < 0:
+		return &DSNError{Key: keyFleetRefresh, Err: fmt.Errorf("%v is negative", refresh)}
+	case 3*refresh > ttl:
+		// A member fences itself two thirds of a TTL after its last refresh: at a third, one
+		// refresh may fail without that.
+		return &DSNError{Key: keyFleetRefresh, Err: fmt.Errorf("%v is more than a third of gate_fleet_ttl (%v)", refresh, ttl)}
+	case c.Fleet && !postgres:
+		return &DSNError{Key: keyFleet, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
+	case c.Fleet && c.Pooler != "":
+		return &DSNError{Key: keyFleet, Err: errors.New("cannot hold a lease through a transaction pooler, which ends the session's advisory lock with each transaction: point gate_fleet at the server, or size the pooler's pool instead (docs/fleet.md)")}
+	}
+	return nil
+}
+
+// errFleetName is the error of gate_fleet=on without a gate_name.
+var errFleetName = &DSNError{Key: keyFleet, Err: errors.New("needs a gate_name: the fleet is every instance of that name on the database")}

@@ -137,6 +137,10 @@ var dsnKeyExamples = map[string]string{
 	keyStmtTimeout:           "deadline:5s",
 	keyLockTimeout:           "1s",
 	keyPooler:                "transaction",
+	keyFleet:                 "on",
+	keyFleetTable:            "ops.fleet",
+	keyFleetTTL:              "30s",
+	keyFleetRefresh:          "2s",
 }
 
 // Every row of dsnKeys is parsed into a field, formatted back, round-tripped, compared by

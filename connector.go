@@ -47,6 +47,9 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := c.cfg.normalize(); err != nil {
 		return nil, err
 	}
+	if c.cfg.Fleet && c.cfg.Name == "" {
+		return nil, errFleetName
+	}
 	set, err := openGateSet(&c.cfg)
 	if err != nil {
 		return nil, err
@@ -66,7 +69,8 @@ type gateSet struct {
 	named map[string]*gate
 	stmts stmtRegistry
 	obs   observer
-	refs  int // Connectors using the set; guarded by namedSetsMu
+	fleet *fleetMember // the set's membership of its fleet (gate_fleet=on), or nil
+	refs  int          // Connectors using the set; guarded by namedSetsMu
 }
 
 var (
@@ -124,6 +128,9 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	}
 	linkLending(set.gates(), func(g *gate) bool { return lends[g] })
 	set.initObserve(cfg)
+	if cfg.Fleet {
+		set.startFleet(cfg, func(ctx context.Context) (leaseConn, error) { return dialLease(ctx, inner, wrap) })
+	}
 	return set, nil
 }
 
@@ -168,7 +175,9 @@ func (c *Connector) Driver() driver.Driver { return &c.drv }
 // destroyed. Waiting operations fail with [ErrClosed]; running ones keep their connection until
 // they end, and it is closed then. With a gate_name shared by other open Connectors, only this
 // Connector closes (Connect fails with ErrClosed) and the gates and pool stay open for them.
-// database/sql's DB.Close calls it. Close is idempotent.
+// With gate_fleet=on, the last Close then waits, at most gate_fleet_ttl, until the connections
+// still in use are closed, and deletes the instance's lease so that the rest of the fleet takes
+// its share at once. database/sql's DB.Close calls it. Close is idempotent.
 func (c *Connector) Close() error {
 	if c.closed.Swap(true) {
 		return nil
@@ -181,6 +190,9 @@ func (c *Connector) Close() error {
 		g.close()
 	}
 	c.pool.close()
+	if c.set.fleet != nil {
+		c.set.fleet.close() // after the pool: the share is given up once no connection is left
+	}
 	c.set.closeObserve()
 	return nil
 }
@@ -198,6 +210,7 @@ func (c *Connector) Stats() Stats {
 	c.gate.stats(&s)
 	c.gate.wl.stats(&s)
 	c.pool.stats(&s.Pool)
+	c.set.fleetStats(&s, c.gate)
 	return s
 }
 
@@ -215,6 +228,7 @@ func (c *Connector) AllStats() iter.Seq2[string, Stats] {
 			s := Stats{Pool: pool}
 			g.stats(&s)
 			g.wl.stats(&s)
+			c.set.fleetStats(&s, g)
 			if !yield(g.name, s) {
 				return
 			}

@@ -77,7 +77,8 @@
 // gate_queue, gate_queue_wait,
 // gate_max_conn_lifetime, gate_max_conn_lifetime_jitter, gate_max_conn_idle_time,
 // gate_queue_order ([QueueFIFO] or [QueueAdaptive]), gate_workloads, gate_name,
-// gate_statement_timeout, gate_lock_timeout and gate_pooler. [ParseDSN] and [Config] document
+// gate_statement_timeout, gate_lock_timeout, gate_pooler, and for a fleet gate_fleet,
+// gate_fleet_table, gate_fleet_ttl and gate_fleet_refresh. [ParseDSN] and [Config] document
 // each with its default. A [Config] built in code has the same defaults: a zero field means the
 // default, and [None] spells the "none" that a DSN writes 0 (gate_queue=0). With pgx, a Tracer, a
 // TLS config of your own or type registrations go in [Config.PgxBeforeConnect] and
@@ -93,6 +94,17 @@
 // requests need. An unconfigured name fails with [ErrUnknownWorkload]. [Connector.WorkloadStats]
 // reports each gate. gate_name shares one set of gates and one pool between the *sql.DB handles
 // of a process.
+//
+// # Fleet
+//
+// gate_fleet=on (with gate_name) makes gate_max_conns and every gate's B and Q the totals of all
+// live instances of that gate_name on the database: each instance runs with its share, and the
+// shares move as instances join, leave or die, coordinated through PostgreSQL itself (a lease
+// table, a session advisory lock per instance, growth granted under a transaction-level advisory
+// lock). An instance shrinks before it declares a smaller share, grows only into what the others
+// have declared free, starts with nothing, and fences itself to nothing before its lease can
+// expire when it cannot refresh it. [Stats].Fleet reports the share; [ReadFleet] and gatedbudget
+// -live list the members. See docs/fleet.md.
 //
 // # Deadlines and transactions
 //

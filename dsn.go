@@ -52,6 +52,12 @@ var (
 //   - gate_lock_timeout: "off" (default, also 0) or a Go duration > 0.
 //   - gate_pooler: "none" (default) or "transaction" ([PoolerTransaction]): the DSN points at a
 //     pooler in transaction mode.
+//   - gate_fleet: "off" (default) or "on": the budgets are the totals of every live instance
+//     with this gate_name on the database, each running with its share ([Config.Fleet]);
+//     NewConnector requires a gate_name with it.
+//   - gate_fleet_table: the fleet's lease table (default "gated_fleet"), gate_fleet_ttl: a
+//     lease's life by the database's clock (default 15s), gate_fleet_refresh: how often a
+//     lease is refreshed, at most a third of gate_fleet_ttl (default 5s).
 //
 // Two forms of dsn are understood:
 //

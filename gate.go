@@ -322,6 +322,34 @@ func (g *gate) setLimitLocked(n int) {
 	g.grantRaisedLocked()
 }
 
+// setLimits changes B and Q while the gate runs (gate_fleet=on moves them to the instance's
+// share); with gate_concurrent=auto, b is the limiter's ceiling and the limit is clamped to it at
+// once. Lowering B takes no permit from a running operation: releases return their permits
+// instead of handing them over until running is within B (releaseLocked). Raising B hands the new
+// permits to waiters at once, in the same critical section (grantRaisedLocked), skipping those
+// whose context ended (I5). Lowering Q refuses no operation already admitted; it applies to the
+// next arrivals.
+func (g *gate) setLimits(b, q int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queue = q
+	if g.lim != nil {
+		g.lim.setCeiling(b)
+		g.concurrent = g.lim.current()
+	} else {
+		g.concurrent = b
+	}
+	g.grantRaisedLocked()
+}
+
+// withinLimits reports whether the operations running on the gate's own permits (those it lent
+// included, those it borrowed not) are within B.
+func (g *gate) withinLimits() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running-g.lendBalanceLocked() <= g.concurrent
+}
+
 // shedLocked is gate_queue_order=adaptive's overload rule, checked when a permit is released
 // while operations wait. It reports whether the queue is standing (non-empty for standingQueue),
 // and if so refuses the waiters that have waited more than overloadWait with ErrAdmissionTimeout:

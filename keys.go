@@ -27,6 +27,10 @@ const (
 	keyStmtTimeout           = "gate_statement_timeout"
 	keyLockTimeout           = "gate_lock_timeout"
 	keyPooler                = "gate_pooler"
+	keyFleet                 = "gate_fleet"
+	keyFleetTable            = "gate_fleet_table"
+	keyFleetTTL              = "gate_fleet_ttl"
+	keyFleetRefresh          = "gate_fleet_refresh"
 )
 
 // A dsnKey is everything gated knows of one gate_ key: how ParseDSN stores its value in a
@@ -146,6 +150,34 @@ var dsnKeys = [...]dsnKey{
 		}
 		return c.Pooler, c.Pooler == "none"
 	}},
+	{keyFleet, func(c *Config, v string) error {
+		switch v {
+		case "on":
+			c.Fleet = true
+		case "off":
+			c.Fleet = false
+		default:
+			return fmt.Errorf("invalid value %s: want \"on\" or \"off\"", shownValue(v))
+		}
+		return nil
+	}, func(c *Config) (string, bool) {
+		if c.Fleet {
+			return "on", false
+		}
+		return "off", true
+	}},
+	{keyFleetTable, func(c *Config, v string) error {
+		c.FleetTable = v
+		return nil
+	}, func(c *Config) (string, bool) { return c.fleetTable(), c.fleetTable() == defaultFleetTable }},
+	{keyFleetTTL, func(c *Config, v string) (err error) {
+		c.FleetTTL, err = parsePositiveDuration(v)
+		return err
+	}, durationGetter((*Config).fleetTTL, defaultFleetTTL)},
+	{keyFleetRefresh, func(c *Config, v string) (err error) {
+		c.FleetRefresh, err = parsePositiveDuration(v)
+		return err
+	}, durationGetter((*Config).fleetRefresh, defaultFleetRefresh)},
 }
 
 // durationGetter is the get of a duration key whose None is written 0s.
@@ -220,6 +252,15 @@ func parseDuration(value string) (time.Duration, error) {
 		return 0, fmt.Errorf("invalid value %s: want a duration >= 0", shownValue(value))
 	}
 	return d, nil
+}
+
+// parsePositiveDuration reads a duration that must be more than 0.
+func parsePositiveDuration(value string) (time.Duration, error) {
+	d, err := parseDuration(value)
+	if err == nil && d == 0 {
+		err = fmt.Errorf("invalid value %s: want a duration > 0", shownValue(value))
+	}
+	return d, err
 }
 
 // parseDurationOrNone reads a duration whose 0 means none, stored as None.

@@ -115,11 +115,11 @@ func (a *adaptiveLimit) current() int {
 	return min(max(int(math.Round(a.limit)), a.min), a.max)
 }
 
-// setCeiling changes the largest limit (when the workloads' shares change), keeping the limit
-// within it.
+// setCeiling changes the largest limit (a fleet share, gate_fleet=on), keeping the limit within
+// it. The ceiling is a hard bound: below gate_concurrent_min it wins, and current returns it.
 func (a *adaptiveLimit) setCeiling(ceiling int) {
-	a.max = max(ceiling, a.min)
-	a.limit = min(a.limit, float64(a.max))
+	a.max = ceiling
+	a.limit = min(a.limit, float64(max(ceiling, a.min)))
 }
 
 // observe records one operation that ended at now (monoNow) after holding its permit for hold,

@@ -35,6 +35,12 @@ import (
 // pgbouncer binary the test is skipped, or failed when GATED_TEST_REQUIRE_DB=1.
 func startPgBouncer(t *testing.T, poolSize int) string {
 	t.Helper()
+	return startPgBouncerMode(t, "transaction", poolSize)
+}
+
+// startPgBouncerMode is startPgBouncer with PgBouncer's pool_mode given.
+func startPgBouncerMode(t *testing.T, mode string, poolSize int) string {
+	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		bin = "/usr/sbin/pgbouncer" // Debian's, outside a non-root PATH
@@ -91,13 +97,13 @@ listen_port = %d
 unix_socket_dir =
 auth_type = trust
 auth_file = %s
-pool_mode = transaction
+pool_mode = %s
 default_pool_size = %d
 max_client_conn = 500
 ignore_startup_parameters = extra_float_digits
 server_reset_query =
 logfile = %s
-`, upHost, upPort, port, filepath.Join(dir, "userlist.txt"), poolSize, filepath.Join(dir, "pgbouncer.log"))
+`, upHost, upPort, port, filepath.Join(dir, "userlist.txt"), mode, poolSize, filepath.Join(dir, "pgbouncer.log"))
 		iniPath := filepath.Join(dir, "pgbouncer.ini")
 		if err := os.WriteFile(iniPath, []byte(ini), 0o644); err != nil {
 			t.Fatal(err)

@@ -104,9 +104,10 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 	}
 }
 
-func (p *pool) dial(ctx context.Context) (*physConn, error) {
+// connect opens a connection with connector, dialed through gated (sock is its socket, nil when
+// gated's dialer did not make it), and bounded by ctx whatever the driver does.
+func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, sock *sockConn, err error) {
 	slot := new(atomic.Pointer[sockConn])
-	start := p.obs.now()
 	// lib/pq does not bound setting a connection up by the context (without connect_timeout a
 	// server that accepts and never answers would hold the caller for ever): the context ending
 	// cuts the socket's calls short. pgx bounds it itself.
@@ -115,13 +116,18 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 			s.expire(ctx)
 		}
 	})
-	dc, err := p.connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
+	dc, err = connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
 	if !stop() && err == nil {
 		// The context ended as the connection was made: its socket's deadline may have passed.
 		dc.Close()
 		err = ctx.Err()
 	}
-	sock := slot.Load()
+	return dc, slot.Load(), err
+}
+
+func (p *pool) dial(ctx context.Context) (*physConn, error) {
+	start := p.obs.now()
+	dc, sock, err := connect(ctx, p.connector)
 	canceled := callerEnded(ctx, err)
 	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
@@ -151,8 +157,9 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	return pc, nil
 }
 
-// put makes a healthy connection idle and reports true, or reports false when the pool is closed:
-// the caller must then destroy pc. It runs under the releasing gate's lock, so it must not block.
+// put makes a healthy connection idle and reports true, or reports false when the pool is closed
+// or has more connections open than setMax now allows: the caller must then destroy pc. It runs
+// under the releasing gate's lock, so it must not block.
 func (p *pool) put(pc *physConn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -160,10 +167,52 @@ func (p *pool) put(pc *physConn) bool {
 		pc.closedFor = CloseConnector
 		return false
 	}
+	if p.open > p.maxConns {
+		pc.closedFor = CloseShrunk
+		return false
+	}
 	pc.idleSince = p.clock.Load()
 	p.idle = append(p.idle, pc)
 	p.inUse--
 	return true
+}
+
+// setMax changes P while the pool runs (gate_fleet=on moves it to the instance's share).
+// Lowering it closes idle connections above the new maximum at once, least recently used first;
+// connections in use above it are closed as their operations end (see put), and no connection
+// opens while the pool is at or above it. The caller waits for withinMax. Raising it lets
+// callers waiting for a slot open one.
+func (p *pool) setMax(n int) {
+	p.mu.Lock()
+	p.maxConns = n
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	var excess []*physConn
+	for p.open-len(excess) > n && len(excess) < len(p.idle) {
+		pc := p.idle[len(excess)]
+		pc.closedFor = CloseShrunk
+		excess = append(excess, pc)
+	}
+	kept := copy(p.idle, p.idle[len(excess):])
+	clear(p.idle[kept:])
+	p.idle = p.idle[:kept]
+	p.inUse += len(excess) // destroy counts them out again
+	p.bg.Add(len(excess))
+	if p.freed != nil && p.open < n {
+		close(p.freed)
+		p.freed = nil
+	}
+	p.mu.Unlock()
+	p.destroyAll(excess)
+}
+
+// withinMax reports whether no more connections are open than setMax last allowed.
+func (p *pool) withinMax() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open <= p.maxConns
 }
 
 // destroy closes a connection taken out of the pool, waits for the driver's cleanup, and only

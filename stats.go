@@ -30,7 +30,22 @@ type Stats struct {
 	LockTimeouts      int64 // statements that failed with SQLSTATE 55P03 (lock_timeout, NOWAIT)
 	CommitUnknown     int64 // commits that failed with ErrCommitUnknown
 
-	Pool PoolStats
+	Pool  PoolStats
+	Fleet FleetStats // the instance's share of its fleet's totals (gate_fleet=on); zero without a fleet
+}
+
+// FleetStats describes an instance's place in its fleet (gate_fleet=on): all zero without one.
+// The instance's share of the gate's B and Q is Stats.Concurrent and Stats.Queue, and of the
+// physical connections Conns, of which Pool.MaxConns (Conns-1) serve operations.
+type FleetStats struct {
+	Members         int   // live instances of the fleet as the last successful refresh saw them, this one included
+	Conns           int   // this instance's share of gate_max_conns, its lease connection included; 0 while it joins or is fenced
+	TotalConns      int   // the fleet's gate_max_conns
+	TotalConcurrent int   // the fleet's B of this gate
+	TotalQueue      int   // the fleet's Q of this gate
+	Seated          bool  // the instance holds a share (Conns > 0)
+	ShareChanges    int64 // times the instance's share changed (each is logged)
+	RefreshErrors   int64 // lease refreshes that failed (the share is kept, never grown, until it is fenced)
 }
 
 // PoolStats describes the physical connections.
@@ -40,7 +55,7 @@ type PoolStats struct {
 	Idle          int   // idle connections
 	InUse         int   // connections taken from the pool: bound to an operation, or being closed
 	Opened        int64 // connections opened
-	Closed        int64 // connections closed, the sum of the six Closed* counters below (ClosedFor)
+	Closed        int64 // connections closed, the sum of the seven Closed* counters below (ClosedFor)
 	ConnectErrors int64 // attempts to open a connection that failed before the caller's context ended or its deadline passed: the server's or network's failures
 
 	ConnectCanceled int64 // attempts to get a connection ready (open one, or check an idle one before reuse) cut short by the caller's context: canceled, or its deadline passed, however the driver reported it
@@ -50,6 +65,7 @@ type PoolStats struct {
 	ClosedDeadIdle  int64 // found dead before reuse while the caller's context was alive: the server or network closed it while idle (terminated backend, restart, failover), or its reset failed
 	ClosedByClose   int64 // closed by the Connector's Close
 	ClosedCanceled  int64 // closed because the caller's context cut its reuse check, or a statement that sent nothing, short (CloseCanceled)
+	ClosedShrunk    int64 // closed because the pool's share of its fleet shrank (CloseShrunk, gate_fleet=on)
 }
 
 // workloadObs is a gate's part of observability: its name, its two refusal errors, made once,

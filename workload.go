@@ -100,6 +100,7 @@ func (c *Connector) WorkloadStats(name string) (Stats, bool) {
 	g.stats(&s)
 	g.wl.stats(&s)
 	c.pool.stats(&s.Pool)
+	c.set.fleetStats(&s, g)
 	return s, true
 }
 

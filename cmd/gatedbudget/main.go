@@ -20,7 +20,9 @@
 //	-instances  peak instances: the autoscaling maximum (default 1)
 //	-surge      extra instances during a rolling deploy (default 0)
 //	-other      connections of everything else: admin, migrations, jobs, monitoring (default 0)
-//	-live       also list the server's client backends now, by application_name and state
+//	-live       also list the server's client backends now, by application_name and state,
+//	            and for a DSN with gate_fleet=on its fleet's members and their shares (the
+//	            command itself never joins the fleet)
 //	-timeout    bound on connecting and querying (default 10s)
 //
 // -dsn is repeated rather than comma-separated because a PostgreSQL URL may itself hold commas
@@ -32,6 +34,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -104,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fail("%v", err)
 	}
 
-	db, err := gated.Open(dsns[0])
+	db, err := openObserver(dsns[0])
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -137,6 +140,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fail("%v", err)
 		}
 		printLive(stdout, groups, report.Available)
+		if err := printFleets(ctx, stdout, db, dsns); err != nil {
+			return fail("%v", err)
+		}
 	}
 	if !report.Fits {
 		return exitNoFit
@@ -162,6 +168,58 @@ func printLive(w io.Writer, groups []gatedbudget.Backends, available int) {
 	}
 	fmt.Fprintf(tw, "  total\t\t%d of %d available\n", total, available)
 	tw.Flush()
+}
+
+// openObserver opens the first DSN for the command's own queries. A DSN with gate_fleet=on is
+// opened without it, and without its gate_name: the command observes the fleet and must not join
+// it, which would take a share from the instances, nor share gates with an instance in the same
+// process.
+func openObserver(dsn string) (*sql.DB, error) {
+	cfg, err := gated.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Fleet {
+		cfg.Fleet, cfg.Name = false, ""
+	}
+	c, err := gated.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return gated.OpenDB(c), nil
+}
+
+// printFleets lists, for each DSN with gate_fleet=on, its fleet's members and their declared
+// shares from the fleet table. A fleet's gate_max_conns is the total of all its instances, not
+// each one's: the formula above counts it once per instance, which overstates the fleet's need;
+// the fleet holds the total, plus one connection for each instance that is still joining.
+func printFleets(ctx context.Context, w io.Writer, db *sql.DB, dsns []string) error {
+	seen := map[string]bool{}
+	for _, dsn := range dsns {
+		cfg, err := gated.ParseDSN(dsn)
+		if err != nil || !cfg.Fleet || seen[cfg.Name+"\x00"+cfg.FleetTable] {
+			continue
+		}
+		seen[cfg.Name+"\x00"+cfg.FleetTable] = true
+		members, err := gated.ReadFleet(ctx, db, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nfleet %s (gate_fleet=on: gate_max_conns %d is the total of all its instances, each holding a share):\n", cfg.Name, cfg.MaxConns)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  member\tinstance\tlive\tlease left\tconns\tconcurrent\tqueue")
+		live, conns := 0, 0
+		for _, m := range members {
+			fmt.Fprintf(tw, "  %d\t%s\t%v\t%v\t%d\t%v\t%v\n", m.ID, m.Info, m.Live, m.LeaseLeft.Round(100*time.Millisecond), m.Conns, m.Concurrent, m.Queue)
+			if m.Live {
+				live++
+				conns += m.Conns
+			}
+		}
+		fmt.Fprintf(tw, "  %d live\t\t\t\t%d of %d\t\t\n", live, conns, cfg.MaxConns)
+		tw.Flush()
+	}
+	return nil
 }
 
 // sameServer checks that PostgreSQL DSNs name one server: max_connections is per server, so P is

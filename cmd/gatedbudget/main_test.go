@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
@@ -150,6 +152,48 @@ func TestLiveShowsTheTestsOwnBackends(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^\s+total\s+\d+ of \d+ available$`).MatchString(out) {
 		t.Errorf("no total row in:\n%s", out)
+	}
+}
+
+// TestLiveListsTheFleetWithoutJoiningIt runs one instance with gate_fleet=on and finds it in
+// -live's fleet table holding the whole total (6 connections, B 5 beside its lease connection);
+// the command, given the same DSN, does not join.
+func TestLiveListsTheFleetWithoutJoiningIt(t *testing.T) {
+	url := pgtest.URL(t)
+	name := fmt.Sprintf("gatedbudget_fleet_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	dsn := withParams(url, "gate_fleet=on&gate_name="+name+"&gate_fleet_table="+name+"&gate_max_conns=6&gate_fleet_ttl=3s&gate_fleet_refresh=1s")
+	adm, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, drop := range []string{"FUNCTION IF EXISTS " + name + "_refresh", "FUNCTION IF EXISTS " + name + "_live", "TABLE IF EXISTS " + name} {
+			adm.Exec("DROP " + drop)
+		}
+		adm.Close()
+	})
+	db, err := gated.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c, _ := gated.FromDB(db)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Fleet.Conns != 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance never held the fleet's 6 connections: %+v", c.Stats().Fleet)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, out, errOut := runCmd(t, "-dsn", dsn, "-live")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr: %s", code, errOut)
+	}
+	if !strings.Contains(out, "fleet "+name) || !regexp.MustCompile(`(?m)^\s+\d+\s+.*pid \d+\s+true\s+\S+\s+6\s+\[5\]\s+\[6\]$`).MatchString(out) {
+		t.Errorf("no fleet table with the instance holding 6 connections in:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^\s+1 live\s+6 of 6`).MatchString(out) {
+		t.Errorf("the fleet has more than the one instance (did the command join it?):\n%s", out)
 	}
 }
 

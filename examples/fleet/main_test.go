@@ -1,0 +1,476 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatedsql/gated/internal/pgtest"
+	_ "github.com/jackc/pgx/v5/stdlib"
+)
+
+// The fleet's totals in the test, its lease timings, and the server's limit: max_connections
+// less PostgreSQL's 3 reserved slots leaves 27 for the instances' role, the total of 20 plus room
+// for the first connection of each of 4 instances joining at once, which counts above the total
+// until the others have made room for it.
+const (
+	totalConns     = 20
+	fleetTTL       = 3 * time.Second
+	fleetRefresh   = 500 * time.Millisecond
+	maxConnections = 30
+	joinGrace      = 2 * time.Second  // a newcomer's first connection may count above the total this long
+	settle         = 10 * time.Second // every instance within one of its fair share this soon after a change
+	loadPerProcess = 12
+	observe        = time.Second // how long each state of the fleet runs under load before the next change
+)
+
+// TestFleetOfProcessesHoldsTheBudget starts real processes of this service against a private
+// PostgreSQL, each with load of its own, and samples pg_stat_activity every 100 ms while the fleet
+// goes 2 → 6 → 2 instances, restarts all of them one by one with one extra instance as surge,
+// and loses one to kill -9. It checks: the instances' backends never add up to more than the
+// total, except for the first connection of an instance younger than 2 s that has no other (its
+// lease, before it holds a share); every instance comes within one of its fair share within 10 s of each change; the
+// killed instance's share comes back within its TTL (plus one refresh); the server never refuses
+// a connection (53300) and no call fails otherwise.
+func TestFleetOfProcessesHoldsTheBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and a private cluster")
+	}
+	bin := buildService(t)
+	cluster := pgtest.NewCluster(t, fmt.Sprintf("max_connections=%d", maxConnections))
+	adm, err := sql.Open("pgx", cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm.SetMaxOpenConns(1)
+	t.Cleanup(func() { adm.Close() })
+	for _, q := range []string{
+		"CREATE ROLE fleet_app LOGIN", // not a superuser: the reserved slots are not the instances'
+		"GRANT CREATE ON SCHEMA public TO fleet_app",
+	} {
+		if _, err := adm.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := fmt.Sprintf("postgres://fleet_app@127.0.0.1:%d/postgres?sslmode=disable&gate_name=fleet-test"+
+		"&gate_max_conns=%d&gate_concurrent=16&gate_queue=16&gate_queue_wait=20ms&gate_fleet_ttl=%s&gate_fleet_refresh=%s",
+		cluster.Port(), totalConns, fleetTTL, fleetRefresh)
+
+	f := &fleet{t: t, bin: bin, base: base, adm: adm}
+	t.Cleanup(f.killAll)
+	stopSampling := f.sample()
+	t.Cleanup(stopSampling) // before adm closes, on every way out of the test
+
+	step := func(what string) {
+		t.Helper()
+		d := f.waitFair(what)
+		t.Logf("%-40s every instance at its fair share after %v", what, d.Round(10*time.Millisecond))
+		time.Sleep(observe) // not a synchronization: the sampler watches the fleet settled under load
+	}
+	a, b := f.start(), f.start()
+	step("2 instances")
+	var added []*instance
+	for range 4 {
+		added = append(added, f.start())
+	}
+	step("2 → 6 instances")
+	for _, in := range added {
+		f.stop(in)
+	}
+	step("6 → 2 instances")
+	for _, old := range []*instance{a, b} {
+		f.start() // surge: one more before one goes
+		step("rolling restart: surge of one")
+		f.stop(old)
+		step("rolling restart: one old instance stopped")
+	}
+	victim := f.live()[0]
+	killed := time.Now()
+	f.kill(victim)
+	d := f.waitFair("kill -9")
+	t.Logf("%-40s every instance at its fair share after %v (TTL %v)", "kill -9 of one of 2", d.Round(10*time.Millisecond), fleetTTL)
+	if reclaimed := time.Since(killed); reclaimed > fleetTTL+2*fleetRefresh {
+		t.Errorf("the killed instance's share came back %v after the kill, more than its TTL %v and a refresh", reclaimed, fleetTTL)
+	}
+	stopSampling()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.Logf("%d samples of pg_stat_activity: at most %d backends of the fleet's role (total %d); %d samples above the total, all within a newcomer's first %v",
+		f.samples, f.worst, totalConns, f.graced, joinGrace)
+	for _, v := range f.violations {
+		t.Error(v)
+	}
+	if f.samples < 100 {
+		t.Errorf("only %d samples", f.samples)
+	}
+	var served, refused int64
+	for _, in := range f.all {
+		s := in.last
+		served += s.Served
+		refused += s.Refused
+		if s.Failed != 0 {
+			t.Errorf("instance %d: %d calls failed other than by a refusal", in.n, s.Failed)
+		}
+		out := in.stderr.String()
+		for _, refusal := range []string{"53300", "too many clients", "remaining connection slots"} {
+			if strings.Contains(out, refusal) {
+				t.Errorf("instance %d was refused a connection by the server (%s):\n%s", in.n, refusal, out)
+			}
+		}
+	}
+	t.Logf("calls: %d served, %d refused by the gates", served, refused)
+}
+
+// buildService builds this package into a temporary directory.
+func buildService(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fleet")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// An instance is one process of the service.
+type instance struct {
+	n       int
+	cmd     *exec.Cmd
+	addr    string
+	started time.Time
+	stderr  syncBuffer
+	exited  chan struct{}
+	last    status // the last /stats read while it ran
+}
+
+type fleet struct {
+	t     testing.TB
+	bin   string
+	base  string
+	adm   *sql.DB
+	load  int    // workers per instance; loadPerProcess when 0
+	query string // the query the workers call; the service's default when ""
+
+	mu         sync.Mutex
+	all        []*instance
+	running    []*instance
+	samples    int
+	worst      int
+	graced     int
+	violations []string
+}
+
+func (f *fleet) start() *instance {
+	f.t.Helper()
+	f.mu.Lock()
+	in := &instance{n: len(f.all) + 1, exited: make(chan struct{})}
+	f.mu.Unlock()
+	load := f.load
+	if load == 0 {
+		load = loadPerProcess
+	}
+	args := []string{"-addr", "127.0.0.1:0", "-load", fmt.Sprint(load)}
+	if f.query != "" {
+		args = append(args, "-query", f.query)
+	}
+	in.cmd = exec.Command(f.bin, args...)
+	in.cmd.Env = append(os.Environ(), "DATABASE_URL="+f.base+"&application_name="+in.app())
+	in.cmd.Stderr = &in.stderr
+	stdout, err := in.cmd.StdoutPipe()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	in.started = time.Now()
+	if err := in.cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	go func() { in.cmd.Wait(); close(in.exited) }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		f.t.Fatalf("instance %d: %v\n%s", in.n, err, in.stderr.String())
+	}
+	in.addr = strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
+	go io.Copy(io.Discard, stdout)
+	f.mu.Lock()
+	f.all = append(f.all, in)
+	f.running = append(f.running, in)
+	f.mu.Unlock()
+	return in
+}
+
+// stop ends an instance gracefully (SIGTERM) and waits for it to exit.
+func (f *fleet) stop(in *instance) {
+	f.t.Helper()
+	in.last = f.stats(in)
+	f.remove(in)
+	in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-in.exited:
+	case <-time.After(20 * time.Second):
+		f.t.Fatalf("instance %d did not exit after SIGTERM", in.n)
+	}
+}
+
+// kill ends an instance with SIGKILL.
+func (f *fleet) kill(in *instance) {
+	in.last = f.stats(in)
+	f.remove(in)
+	in.cmd.Process.Kill()
+	<-in.exited
+}
+
+func (f *fleet) remove(in *instance) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.running {
+		if r == in {
+			f.running = append(f.running[:i], f.running[i+1:]...)
+			return
+		}
+	}
+}
+
+func (f *fleet) killAll() {
+	for _, in := range f.live() {
+		in.cmd.Process.Kill()
+		<-in.exited
+	}
+}
+
+func (f *fleet) live() []*instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*instance(nil), f.running...)
+}
+
+func (f *fleet) stats(in *instance) status {
+	f.t.Helper()
+	resp, err := http.Get("http://" + in.addr + "/stats")
+	if err != nil {
+		f.t.Fatalf("instance %d: %v\n%s", in.n, err, in.stderr.String())
+	}
+	defer resp.Body.Close()
+	var s status
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		f.t.Fatal(err)
+	}
+	in.last = s
+	return s
+}
+
+// waitFair waits until every running instance sees them all and holds its fair share of the
+// connections, within one (the total divided among them, rounded down or up), and returns how
+// long that took.
+func (f *fleet) waitFair(what string) time.Duration {
+	f.t.Helper()
+	start := time.Now()
+	for {
+		live := f.live()
+		n := len(live)
+		ok := true
+		var got []string
+		for _, in := range live {
+			s := f.stats(in)
+			got = append(got, fmt.Sprintf("%d: %d of %d members, conns %d, B %d", in.n, s.Members, n, s.Conns, s.Concurrent))
+			lo := totalConns / n
+			if s.Members != n || s.Conns < lo || s.Conns > lo+1 {
+				ok = false
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > settle {
+			f.t.Fatalf("%s: not every instance at its fair share after %v:\n%s", what, settle, strings.Join(got, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sample reads pg_stat_activity every 100 ms until the returned stop, and records every sample
+// in which the instances' backends add up to more than the total, beyond one for each instance
+// younger than joinGrace.
+func (f *fleet) sample() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			byApp, err := f.backends(ctx)
+			cancel()
+			if err != nil {
+				f.t.Errorf("sampling pg_stat_activity: %v", err)
+				return
+			}
+			n := 0
+			for _, c := range byApp {
+				n += c
+			}
+			now := time.Now()
+			f.mu.Lock()
+			// The allowance: an instance younger than joinGrace with one backend, its lease
+			// connection, has no share yet (under load a seated one has opened more).
+			young := 0
+			for _, in := range f.all {
+				if now.Sub(in.started) < joinGrace && byApp[in.app()] == 1 {
+					young++
+				}
+			}
+			f.samples++
+			f.worst = max(f.worst, n)
+			switch {
+			case n > totalConns+young:
+				f.violations = append(f.violations, fmt.Sprintf("%s: %d backends of the fleet, above the total %d (%d instances younger than %v with only their lease): %v",
+					now.Format("15:04:05.000"), n, totalConns, young, joinGrace, byApp))
+			case n > totalConns:
+				f.graced++
+			}
+			f.mu.Unlock()
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// backends returns the fleet role's backends by application_name.
+func (f *fleet) backends(ctx context.Context) (map[string]int, error) {
+	rows, err := f.adm.QueryContext(ctx, "SELECT application_name, count(*) FROM pg_stat_activity WHERE usename = 'fleet_app' GROUP BY 1")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	byApp := map[string]int{}
+	for rows.Next() {
+		var app string
+		var n int
+		if err := rows.Scan(&app, &n); err != nil {
+			return nil, err
+		}
+		byApp[app] = n
+	}
+	return byApp, rows.Err()
+}
+
+func (in *instance) app() string { return fmt.Sprintf("fleet-test-%d", in.n) }
+
+// syncBuffer is a bytes.Buffer safe for a process's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// BenchmarkGoodputFleetVersusSizedByHand runs the same overload on 3 instances twice over, in
+// one run: once as a fleet (gate_fleet=on, totals P=21, B=18, Q=18) and once sized by hand for 3
+// instances (each P=7, B=6, Q=6, no coordination), alternating the two, and reports the calls
+// served per second of each and their ratio. The fleet's shares come to the hand-made ones (each
+// 7 connections, 6 of them for operations beside the lease, B 6), so the ratio shows what the
+// coordination costs. Each instance runs 24 workers calling the query without pause: overload,
+// of a workload bound by concurrency (pg_sleep) and of one bound by the server's CPU.
+//
+//	go test -run NONE -bench GoodputFleet -benchtime 1x ./examples/fleet
+func BenchmarkGoodputFleetVersusSizedByHand(b *testing.B) {
+	bin := buildService(b)
+	cluster := pgtest.NewCluster(b, "max_connections=40")
+	adm, err := sql.Open("pgx", cluster.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer adm.Close()
+	for _, q := range []string{"CREATE ROLE fleet_app LOGIN", "GRANT CREATE ON SCHEMA public TO fleet_app"} {
+		if _, err := adm.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	base := fmt.Sprintf("postgres://fleet_app@127.0.0.1:%d/postgres?sslmode=disable&gate_queue_wait=20ms", cluster.Port())
+	for _, w := range []struct{ name, query string }{
+		{"sleep", "SELECT pg_sleep(0.005)"},                       // bound by concurrency
+		{"cpu", "SELECT count(*) FROM generate_series(1, 20000)"}, // bound by the server's CPU
+	} {
+		b.Run(w.name, func(b *testing.B) { goodput(b, bin, adm, base, w.query) })
+	}
+}
+
+func goodput(b *testing.B, bin string, adm *sql.DB, base, query string) {
+	configs := []struct{ name, params string }{
+		{"fleet", "&gate_fleet=on&gate_name=goodput&gate_max_conns=21&gate_concurrent=18&gate_queue=18&gate_fleet_ttl=15s&gate_fleet_refresh=5s"},
+		{"by-hand", "&gate_fleet=off&gate_max_conns=7&gate_concurrent=6&gate_queue=6"},
+	}
+	const (
+		instances = 3
+		warmup    = 2 * time.Second
+		window    = 8 * time.Second
+		rounds    = 2
+	)
+	perSecond := map[string][]float64{}
+	for range b.N {
+		for range rounds {
+			for _, c := range configs {
+				f := &fleet{t: b, bin: bin, base: base + c.params, adm: adm, load: 24, query: query}
+				var ins []*instance
+				for range instances {
+					ins = append(ins, f.start())
+				}
+				time.Sleep(warmup) // the fleet settles at its shares; the pools fill
+				served := func() int64 {
+					var n int64
+					for _, in := range ins {
+						n += f.stats(in).Served
+					}
+					return n
+				}
+				before, start := served(), time.Now()
+				time.Sleep(window)
+				ops := float64(served()-before) / time.Since(start).Seconds()
+				perSecond[c.name] = append(perSecond[c.name], ops)
+				for _, in := range ins {
+					f.stop(in)
+				}
+				b.Logf("%-8s %.0f calls served per second", c.name, ops)
+			}
+		}
+	}
+	mean := func(v []float64) float64 {
+		var s float64
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	fl, hand := mean(perSecond["fleet"]), mean(perSecond["by-hand"])
+	b.ReportMetric(fl, "fleet-calls/s")
+	b.ReportMetric(hand, "by-hand-calls/s")
+	b.ReportMetric(fl/hand, "fleet/by-hand")
+}

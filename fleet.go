@@ -1,0 +1,359 @@
+package gated
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// gate_fleet=on: the DSN's budgets are the totals of every live instance with the same gate_name
+// on the same database, and each instance runs with its share. A fleetMember is one instance's
+// membership: a goroutine that keeps its lease (fleet_lease.go), computes its fair share
+// (fleet_share.go) and moves its gates and pool to it through a shareTarget.
+//
+// The rules that keep the fleet within its totals at every instant:
+//
+//   - A member shrinks before it declares less: shrinkTo returns once connections above the new
+//     share are closed and running operations are within the new B, and only the next refresh
+//     declares the smaller share.
+//   - A member grows only into what the database granted it, under the fleet's growth lock, from
+//     what the others' declarations leave free; it declares first and grows after the grant is
+//     committed.
+//   - A newcomer holds nothing (its gates refuse every operation) until its first grant; its
+//     lease connection is the only one it has open meanwhile.
+//   - When coordination fails the member keeps its share and never grows, until its lease may
+//     have expired by the database's reckoning (its last successful refresh was sent more than
+//     fenceAfter of the TTL ago): then it fences itself, shrinking to nothing, because the others
+//     may soon count its share as free. A member whose row the database no longer counts fences
+//     and joins again.
+
+// A shareTarget is what a member controls: its instance's gates and pool.
+type shareTarget interface {
+	// shrinkTo lowers the instance to s (fitted) and returns nil once it is within s: no more
+	// physical connections open than s.dataConns(), and no gate running more than its new B. It
+	// never takes a permit from a running operation: it waits for operations to end. When ctx
+	// ends first it returns ctx's error; the limits stay lowered and a later call waits again.
+	shrinkTo(ctx context.Context, s share) error
+	// growTo raises the instance to s (fitted), which is nowhere below what it holds.
+	growTo(s share)
+}
+
+// fleetConfig is a member's configuration, from the Config.
+type fleetConfig struct {
+	name    string // gate_name
+	table   string // gate_fleet_table
+	ttl     time.Duration
+	refresh time.Duration
+	totals  share
+	info    string // shown in the fleet table (gatedbudget -live): host and process
+}
+
+// fenceAfter is the part of the TTL after the last successful refresh was sent at which a member
+// that cannot refresh fences itself: the rest of the TTL is left for running operations to end
+// before the others may reclaim its share.
+const fenceAfter = 2.0 / 3
+
+// pendingRefreshDiv divides the refresh interval while a member waits for a grant it has asked
+// for, so that a newcomer gets its seat soon after the others made room.
+const pendingRefreshDiv = 4
+
+// A fleetMember is the membership of one gate set in its fleet.
+type fleetMember struct {
+	cfg    fleetConfig
+	key    int32
+	dial   func(ctx context.Context) (leaseConn, error)
+	target shareTarget
+	log    *slog.Logger
+	stop   chan struct{}
+	done   chan struct{}
+	bg     sync.WaitGroup // lease connections being closed in the background
+
+	// The loop's own state, touched only by run.
+	conn       leaseConn
+	id         int32
+	joined     bool      // the database holds a live row of ours
+	have       share     // what the instance holds now; declared by the next refresh
+	validUntil time.Time // monotonic: until when our lease is certainly counted
+	schemaOK   bool
+	lastTarget share // the fair share computed from the last refresh; valid when joined
+	// The backend of the lease connection last refreshed on, and of the one before it while the
+	// current connection has not refreshed yet: the server may still hold that one open.
+	leasePID   int64
+	leaseStart time.Time
+	prevPID    int64
+	prevStart  time.Time
+	lastErr    string // what failed in the current streak of failures, logged once; "" after a success
+
+	// Tests only: skew (ns) moves the database's clock as this member's refreshes read it;
+	// beforeStep, when set before start, runs at the start of every turn; crashed makes close
+	// drop the lease connection without leaving, as a killed process would.
+	skew       atomic.Int64
+	beforeStep func()
+	crashed    atomic.Bool
+
+	mu sync.Mutex
+	// Guarded by mu: what Stats reports.
+	status FleetStats
+}
+
+func newFleetMember(cfg fleetConfig, dial func(context.Context) (leaseConn, error), target shareTarget, log *slog.Logger) *fleetMember {
+	m := &fleetMember{
+		cfg: cfg, key: fleetKey(cfg.name), dial: dial, target: target, log: log,
+		stop: make(chan struct{}), done: make(chan struct{}),
+		have: zeroShare(len(cfg.totals.concurrent)),
+	}
+	m.status.TotalConns = cfg.totals.conns
+	return m
+}
+
+// start runs the member's loop until close.
+func (m *fleetMember) start() { go m.run() }
+
+// close leaves the fleet: it stops the loop, and once the instance holds nothing (the caller has
+// closed its pool), deletes the member's row so that its share is free at once. Without that,
+// the share comes back when the lease expires.
+func (m *fleetMember) close() {
+	close(m.stop)
+	<-m.done
+}
+
+func (m *fleetMember) run() {
+	defer close(m.done)
+	defer m.leave()
+	wait := time.Duration(0)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		wait = m.step()
+		t.Reset(wait)
+	}
+}
+
+// step is one turn of the loop: fence if the lease may have lapsed, refresh, grow into a grant,
+// shrink towards the fair share. It returns how long to wait before the next turn.
+func (m *fleetMember) step() time.Duration {
+	if m.beforeStep != nil {
+		m.beforeStep()
+	}
+	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.validUntil) {
+		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)))
+	}
+	timeout := m.queryTimeout()
+	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
+		// A refresh that hangs must not hold the loop past the moment it has to fence.
+		timeout = min(timeout, max(time.Until(m.validUntil), time.Millisecond))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if m.conn == nil {
+		c, err := m.dial(ctx)
+		if err != nil {
+			m.failed("connecting", err)
+			return m.retryWait()
+		}
+		m.conn = c
+	}
+	if !m.schemaOK {
+		if err := ensureFleetSchema(ctx, m.conn, m.cfg.table); err != nil {
+			m.failed("preparing the fleet table", err)
+			return m.retryWait()
+		}
+		m.schemaOK = true
+	}
+	if !m.joined {
+		m.id = rand.Int32N(1<<31-1) + 1
+	}
+	req := &refreshRequest{
+		fleet: m.cfg.name, key: m.key, member: m.id, joining: !m.joined, ttl: m.cfg.ttl, skew: time.Duration(m.skew.Load()),
+		have: m.have, want: m.want(), totals: m.cfg.totals, info: m.cfg.info,
+		prevPID: m.prevPID, prevStart: m.prevStart,
+	}
+	sent := time.Now()
+	v, err := refresh(ctx, m.conn, m.cfg.table, req)
+	if err != nil {
+		m.failed("refreshing the lease", err)
+		return m.retryWait()
+	}
+	m.lastErr = ""
+	m.leasePID, m.leaseStart, m.prevPID, m.prevStart = v.pid, v.start, 0, time.Time{}
+	if !v.mine {
+		if m.joined {
+			m.fence("the fleet no longer counts it")
+			m.joined = false
+			return 0
+		}
+		return 0 // the id was taken: another one at once
+	}
+	m.joined = true
+	m.validUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
+	me := v.me()
+	n, rank, totals := v.rank(m.cfg.totals)
+	if grown := m.have.growToward(me.declared); !grown.equal(m.have) {
+		m.target.growTo(grown)
+		m.changed(grown, n, "granted")
+	}
+	target := targetShare(totals, n, rank)
+	m.lastTarget = target
+	m.setMembers(n)
+	if !m.have.within(target) {
+		s := m.have.meet(target)
+		sctx, scancel := context.WithTimeout(context.Background(), m.cfg.refresh)
+		err := m.target.shrinkTo(sctx, s)
+		scancel()
+		if err != nil {
+			// Still above s: keep declaring what is held, refresh, and wait again.
+			return m.cfg.refresh
+		}
+		m.changed(s, n, "shrunk")
+		return 0 // declare the smaller share at once, so that the others can grow into it
+	}
+	if m.have.conns == 0 && target.conns == 0 {
+		// No seat for us (more members than connections): hold no connection meanwhile.
+		m.dropConn()
+		return m.cfg.refresh
+	}
+	if !target.within(m.have) {
+		return m.cfg.refresh / pendingRefreshDiv
+	}
+	return m.cfg.refresh
+}
+
+// want is what the member asks for: its fair share from the last refresh where that is more
+// than it holds, what it holds elsewhere. Nothing more while coordination fails (the loop does
+// not get here then).
+func (m *fleetMember) want() share {
+	if !m.joined {
+		// A newcomer has not seen the others yet: it asks for everything, of which the database
+		// grants only what their declarations leave free (all of it to the first instance), and
+		// the next refresh, with the view, brings it to its fair share.
+		return m.have.join(targetShare(m.cfg.totals, 1, 0))
+	}
+	return m.have.join(m.lastTarget)
+}
+
+// queryTimeout bounds one refresh: a third of the TTL, so that a hung query leaves time for
+// another attempt before the member fences.
+func (m *fleetMember) queryTimeout() time.Duration { return max(m.cfg.ttl/3, 100*time.Millisecond) }
+
+// retryWait is the wait after a failed turn.
+func (m *fleetMember) retryWait() time.Duration { return max(m.cfg.refresh/2, 10*time.Millisecond) }
+
+// failed records a failed turn: the lease connection is dropped (a new one is dialed next time)
+// and the share is kept.
+func (m *fleetMember) failed(what string, err error) {
+	m.dropConn()
+	m.mu.Lock()
+	m.status.RefreshErrors++
+	m.mu.Unlock()
+	// One line per streak of failures of one kind, not one per refresh.
+	if what != m.lastErr && m.log != nil {
+		m.lastErr = what
+		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
+			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String())
+	}
+}
+
+// dropConn closes the lease connection in the background: closing one that a network partition
+// holds may wait for the driver's bounded cleanup.
+func (m *fleetMember) dropConn() {
+	if m.conn == nil {
+		return
+	}
+	c := m.conn
+	m.conn = nil
+	if m.leasePID != 0 {
+		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
+		m.leasePID = 0
+	}
+	m.bg.Go(c.close)
+}
+
+// fence shrinks the instance to nothing, because the others may count its share as free.
+func (m *fleetMember) fence(why string) {
+	m.dropConn()
+	zero := zeroShare(len(m.have.concurrent))
+	if m.log != nil {
+		m.log.Warn("gated: fleet: fencing, refusing every operation until the instance has joined again",
+			"gate_name", m.cfg.name, "why", why, "share", m.have.String())
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.refresh)
+		err := m.target.shrinkTo(ctx, zero)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+	}
+	// Still a member: the next refresh that succeeds finds the row live (the others never stopped
+	// counting it) and declares nothing, or finds it gone and joins again.
+	m.changed(zero, 0, "fenced")
+}
+
+// leave ends the membership when the loop stops: the instance's pool is closed by then.
+func (m *fleetMember) leave() {
+	defer m.bg.Wait()
+	if m.crashed.Load() {
+		if m.conn != nil {
+			m.conn.close()
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ttl)
+	defer cancel()
+	if m.conn != nil && m.joined && m.target.shrinkTo(ctx, zeroShare(len(m.have.concurrent))) == nil {
+		if err := leaveFleet(ctx, m.conn, m.cfg.table, m.cfg.name, m.key, m.id); err != nil && m.log != nil {
+			m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.name, "err", err)
+		}
+	}
+	if m.conn != nil {
+		m.conn.close()
+		m.conn = nil
+	}
+}
+
+// changed records that the instance now holds s, and logs it.
+func (m *fleetMember) changed(s share, members int, how string) {
+	m.have = s
+	m.mu.Lock()
+	m.status.Conns = s.conns
+	m.status.Seated = s.conns > 0
+	m.status.ShareChanges++
+	m.mu.Unlock()
+	if m.log != nil {
+		m.log.Info("gated: fleet: share changed", "gate_name", m.cfg.name, "how", how,
+			"members", members, "conns", s.conns, "concurrent", s.concurrent, "queue", s.queue)
+	}
+}
+
+func (m *fleetMember) setMembers(n int) {
+	m.mu.Lock()
+	m.status.Members = n
+	m.mu.Unlock()
+}
+
+func (m *fleetMember) stats() FleetStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+// fleetInfo is what a member writes into the fleet table about itself.
+func fleetInfo() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
+}

@@ -1,0 +1,491 @@
+package gated
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// The SQL of gate_fleet=on: the fleet table, the function that refreshes a member's lease, and
+// the connection that runs it. fleet.go decides what to ask for; this file only talks to the
+// database.
+//
+// One row per member: its declared share (what it may hold at most), the totals it was configured
+// with, when it joined and when its lease expires, both by the database's clock. A member is live
+// while its lease has not expired or its session advisory lock (fleet key, member id) is held: a
+// process that crashed loses the lock the moment its backend ends and its share comes back once
+// the lease expires, while a member that is alive but slow, or a jump of the database's clock
+// that makes every lease look expired, keeps its share counted for as long as its lease
+// connection lives. The lock is the proof of life; the TTL only covers a member whose lease
+// connection broke and which may still hold other connections.
+//
+// Every refresh is one statement, SELECT * FROM <table>_refresh(...), a PL/pgSQL function: it
+// declares what the member holds now (always safe: a member declares less only after it has
+// shrunk), and when the member asks for more it takes pg_advisory_xact_lock(fleet key, 0), reads
+// the others' declarations from a snapshot taken after the lock (each statement of a VOLATILE
+// function takes its own), and grants only what they leave free; the grant is committed before
+// the member grows into it. Growth is therefore serialized, and the declared shares of the live
+// members never add up to more than the totals. A dead row is never refreshed back to life: once
+// the others may have counted its share as free, its member must join again from nothing. The
+// first refresh on a new lease connection terminates the member's previous lease backend if the
+// server still holds it open (a flow the network dropped).
+
+// defaultFleetTable is gate_fleet_table's default.
+const defaultFleetTable = "gated_fleet"
+
+// fleetTableName is what gate_fleet_table accepts: a lowercase identifier, optionally
+// schema-qualified, short enough for "<name>_refresh" to stay within PostgreSQL's 63 bytes.
+var fleetTableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,54}$`)
+
+// fleetKey is the first key of the fleet's advisory locks: a hash of gate_name, positive so that
+// it reads the same as pg_locks.classid (an oid).
+func fleetKey(name string) int32 {
+	h := fnv.New32a()
+	io.WriteString(h, name)
+	return int32(h.Sum32() & 0x7fffffff)
+}
+
+// fleetSchema returns the statements that create the table and its functions, serialized under a
+// transaction-level advisory lock so that instances starting together do not race.
+func fleetSchema(table string) string {
+	return fmt.Sprintf(`BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'));
+CREATE TABLE IF NOT EXISTS %[1]s (
+	fleet text NOT NULL,
+	member int NOT NULL,
+	joined timestamptz NOT NULL,
+	expires timestamptz NOT NULL,
+	conns int NOT NULL,
+	concurrent int[] NOT NULL,
+	queue int[] NOT NULL,
+	total_conns int NOT NULL,
+	total_concurrent int[] NOT NULL,
+	total_queue int[] NOT NULL,
+	info text NOT NULL DEFAULT '',
+	PRIMARY KEY (fleet, member)
+);
+CREATE OR REPLACE FUNCTION %[1]s_live(k int, m int, expires timestamptz, t timestamptz) RETURNS boolean
+LANGUAGE sql STABLE AS $fn$
+	SELECT expires > t OR EXISTS (
+		SELECT 1 FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+		AND l.classid = k::oid AND l.objid = m::oid
+		AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
+$fn$;
+CREATE OR REPLACE FUNCTION %[1]s_refresh(
+	f text, k int, m int, joining boolean, ttl interval, skew interval,
+	have_c int, have_b int[], have_q int[],
+	want_c int, want_b int[], want_q int[],
+	tot_c int, tot_b int[], tot_q int[], note text, prev_pid int, prev_start timestamptz)
+RETURNS TABLE(r_member int, r_joined timestamptz, r_live boolean, r_conns int, r_concurrent text, r_queue text,
+	r_total_conns int, r_total_concurrent text, r_total_queue text, r_info text, r_mine boolean,
+	r_pid int, r_start timestamptz)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+	t timestamptz := clock_timestamp() + skew;
+	n int;
+	locked boolean;
+	grant_c int;
+	grant_b int[] := have_b;
+	grant_q int[] := have_q;
+	oc int; ob int; oq int;
+	ec int; eb int; eq int;
+	me_start timestamptz := (SELECT a.backend_start FROM pg_stat_activity a WHERE a.pid = pg_backend_pid());
+BEGIN
+	IF prev_pid > 0 AND prev_pid <> pg_backend_pid() THEN
+		-- The member's previous lease connection, given up after a timeout or a partition while
+		-- the server may still hold it open: it would count one above the share until the
+		-- server's TCP keepalive ended it.
+		PERFORM pg_terminate_backend(a.pid) FROM pg_stat_activity a
+			WHERE a.pid = prev_pid AND a.backend_start = prev_start AND a.usename = current_user;
+	END IF;
+	SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+		AND l.pid = pg_backend_pid() AND l.classid = k::oid AND l.objid = m::oid) INTO locked;
+	IF joining THEN
+		-- A member id is the joiner's only if it holds its lock; the row of a dead member (expired,
+		-- its lock free since the joiner holds it now) is taken over.
+		IF NOT locked AND NOT pg_try_advisory_lock(k, m) THEN
+			RETURN;
+		END IF;
+		INSERT INTO %[1]s AS r (fleet, member, joined, expires, conns, concurrent, queue,
+			total_conns, total_concurrent, total_queue, info)
+		VALUES (f, m, t, t + ttl, have_c, have_b, have_q, tot_c, tot_b, tot_q, note)
+		ON CONFLICT (fleet, member) DO UPDATE SET joined = EXCLUDED.joined, expires = EXCLUDED.expires,
+			conns = EXCLUDED.conns, concurrent = EXCLUDED.concurrent, queue = EXCLUDED.queue,
+			total_conns = EXCLUDED.total_conns, total_concurrent = EXCLUDED.total_concurrent,
+			total_queue = EXCLUDED.total_queue, info = EXCLUDED.info
+		WHERE r.expires <= t;
+		GET DIAGNOSTICS n = ROW_COUNT;
+	ELSE
+		-- Only a live row is refreshed: once the others may have counted a member's share as
+		-- free, that member must join again from nothing.
+		UPDATE %[1]s AS r SET expires = t + ttl, conns = have_c, concurrent = have_b, queue = have_q,
+			total_conns = tot_c, total_concurrent = tot_b, total_queue = tot_q, info = note
+		WHERE r.fleet = f AND r.member = m AND %[1]s_live(k, m, r.expires, t);
+		GET DIAGNOSTICS n = ROW_COUNT;
+		-- The lock is taken only once the row is known live: taken before, it would make a
+		-- dead row look live.
+		IF n > 0 AND NOT locked THEN
+			PERFORM pg_try_advisory_lock(k, m);
+		END IF;
+	END IF;
+	IF n = 0 THEN
+		RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
+			array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
+			array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, false,
+			pg_backend_pid(), me_start
+			FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
+		RETURN;
+	END IF;
+
+	IF want_c > have_c OR EXISTS (SELECT 1 FROM unnest(want_b, have_b) AS w(a, b) WHERE a > b)
+		OR EXISTS (SELECT 1 FROM unnest(want_q, have_q) AS w(a, b) WHERE a > b) THEN
+		PERFORM pg_advisory_xact_lock(k, 0);
+		-- From here on every statement's snapshot is taken after the lock: the others'
+		-- declarations, including grants committed by the previous holder, are current.
+		SELECT coalesce(sum(r.conns), 0), least(tot_c, min(r.total_conns)) INTO oc, ec
+			FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t);
+		grant_c := greatest(have_c, least(want_c, ec - oc));
+		FOR i IN 1 .. coalesce(array_length(tot_b, 1), 0) LOOP
+			SELECT coalesce(sum(r.concurrent[i]), 0), least(tot_b[i], min(r.total_concurrent[i])),
+				coalesce(sum(r.queue[i]), 0), least(tot_q[i], min(r.total_queue[i]))
+				INTO ob, eb, oq, eq
+				FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t);
+			grant_b[i] := greatest(have_b[i], least(want_b[i], eb - ob));
+			grant_q[i] := greatest(have_q[i], least(want_q[i], eq - oq));
+		END LOOP;
+		UPDATE %[1]s AS r SET conns = grant_c, concurrent = grant_b, queue = grant_q
+			WHERE r.fleet = f AND r.member = m;
+		DELETE FROM %[1]s AS r WHERE r.fleet = f AND r.expires < t - 10 * ttl
+			AND NOT %[1]s_live(k, r.member, r.expires, t);
+	END IF;
+	RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
+		array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
+		array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, r.member = m,
+		pg_backend_pid(), me_start
+		FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
+END
+$fn$;
+COMMIT`, table)
+}
+
+// fleetSchemaVersion names the refresh function's signature: a table made by another version
+// of gated with other functions is refreshed by its own functions.
+func fleetRefreshSignature(table string) string {
+	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz)"
+}
+
+// A fleetRow is one member as the refresh function reports it.
+type fleetRow struct {
+	member   int32
+	joined   time.Time // by the database's clock
+	live     bool
+	declared share
+	totals   share
+	info     string
+	mine     bool
+}
+
+// A fleetView is what a refresh saw: every member of the fleet, live or not, in join order.
+type fleetView struct {
+	rows []fleetRow
+	mine bool // the refresh found the member's row live and refreshed it
+	// The lease connection's backend, which a later lease connection of the member terminates
+	// should the server still hold it: zero when the fleet has no row.
+	pid   int64
+	start time.Time
+}
+
+// me returns the member's own row.
+func (v *fleetView) me() *fleetRow {
+	for i := range v.rows {
+		if v.rows[i].mine {
+			return &v.rows[i]
+		}
+	}
+	return nil
+}
+
+// rank returns the number of live members and the member's rank among them (join order), and
+// the fleet's totals: for each, the smallest that a live member was configured with, so that
+// members of two configurations (a rolling deploy that changes the totals) keep to the lower.
+func (v *fleetView) rank(own share) (n, rank int, totals share) {
+	totals = own.clone()
+	rank = -1
+	for _, r := range v.rows {
+		if !r.live {
+			continue
+		}
+		if r.mine {
+			rank = n
+		}
+		n++
+		totals.conns = min(totals.conns, r.totals.conns)
+		for i := range totals.concurrent {
+			if i < len(r.totals.concurrent) {
+				totals.concurrent[i] = min(totals.concurrent[i], r.totals.concurrent[i])
+			}
+			if i < len(r.totals.queue) {
+				totals.queue[i] = min(totals.queue[i], r.totals.queue[i])
+			}
+		}
+	}
+	return n, rank, totals
+}
+
+// A refreshRequest is one member's refresh: what it holds, what it would like, its totals.
+type refreshRequest struct {
+	fleet   string
+	key     int32
+	member  int32
+	joining bool
+	ttl     time.Duration
+	skew    time.Duration // added to the database's clock: tests move it
+	have    share
+	want    share
+	totals  share
+	info    string
+	// The member's previous lease connection's backend, to be terminated; 0 for none.
+	prevPID   int64
+	prevStart time.Time
+}
+
+// interval formats d for PostgreSQL's interval input.
+func interval(d time.Duration) string {
+	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
+}
+
+func refreshQuery(table string) string {
+	return "SELECT * FROM " + table + "_refresh($1, $2, $3, $4, $5::text::interval, $6::text::interval, " +
+		"$7, $8::text::int[], $9::text::int[], $10, $11::text::int[], $12::text::int[], " +
+		"$13, $14::text::int[], $15::text::int[], $16, $17, $18)"
+}
+
+// A leaseConn is the connection a member keeps its lease on. It belongs to the member's loop:
+// one call at a time.
+type leaseConn interface {
+	// query runs one statement and returns its rows.
+	query(ctx context.Context, query string, args ...any) ([][]driver.Value, error)
+	// exec runs statements without arguments (several, separated by semicolons).
+	exec(ctx context.Context, query string) error
+	// close closes the connection and returns once the driver's cleanup has ended.
+	close()
+}
+
+// refresh runs one refresh on c.
+func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) (*fleetView, error) {
+	rows, err := c.query(ctx, refreshQuery(table),
+		r.fleet, int64(r.key), int64(r.member), r.joining, interval(r.ttl), interval(r.skew),
+		int64(r.have.conns), sqlInts(r.have.concurrent), sqlInts(r.have.queue),
+		int64(r.want.conns), sqlInts(r.want.concurrent), sqlInts(r.want.queue),
+		int64(r.totals.conns), sqlInts(r.totals.concurrent), sqlInts(r.totals.queue), r.info,
+		r.prevPID, nullTime(r.prevStart))
+	if err != nil {
+		return nil, err
+	}
+	v := &fleetView{rows: make([]fleetRow, 0, len(rows))}
+	for _, row := range rows {
+		fr, err := scanFleetRow(row)
+		if err != nil {
+			return nil, err
+		}
+		v.mine = v.mine || fr.mine
+		v.rows = append(v.rows, fr)
+		v.pid, _ = row[11].(int64)
+		v.start, _ = row[12].(time.Time)
+	}
+	return v, nil
+}
+
+var errFleetRow = errors.New("gated: fleet table: unexpected row from the refresh function")
+
+func scanFleetRow(row []driver.Value) (fleetRow, error) {
+	if len(row) != 13 {
+		return fleetRow{}, errFleetRow
+	}
+	var fr fleetRow
+	var errs []error
+	num := func(v driver.Value) int {
+		n, ok := v.(int64)
+		if !ok {
+			errs = append(errs, errFleetRow)
+		}
+		return int(n)
+	}
+	ints := func(v driver.Value) []int {
+		s, err := parseInts(textValue(v))
+		errs = append(errs, err)
+		return s
+	}
+	fr.member = int32(num(row[0]))
+	fr.joined, _ = row[1].(time.Time)
+	fr.live, _ = row[2].(bool)
+	fr.declared = share{conns: num(row[3]), concurrent: ints(row[4]), queue: ints(row[5])}
+	fr.totals = share{conns: num(row[6]), concurrent: ints(row[7]), queue: ints(row[8])}
+	fr.info = textValue(row[9])
+	fr.mine, _ = row[10].(bool)
+	return fr, errors.Join(errs...)
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) driver.Value {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func textValue(v driver.Value) string {
+	switch s := v.(type) {
+	case string:
+		return s
+	case []byte:
+		return string(s)
+	}
+	return ""
+}
+
+// ensureFleetSchema creates the fleet table and its functions unless the refresh function
+// exists already.
+func ensureFleetSchema(ctx context.Context, c leaseConn, table string) error {
+	rows, err := c.query(ctx, "SELECT to_regprocedure($1) IS NOT NULL", fleetRefreshSignature(table))
+	if err != nil {
+		return fmt.Errorf("gated: fleet: looking for %s: %w", table, err)
+	}
+	if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] == true {
+		return nil
+	}
+	if err := c.exec(ctx, fleetSchema(table)); err != nil {
+		if sqlState(err) == "42501" {
+			return fmt.Errorf("gated: fleet: this role may not create the fleet table %s and its functions; run gated once with a role that may (gate_fleet_table names them): %w", table, err)
+		}
+		return fmt.Errorf("gated: fleet: creating the fleet table %s: %w", table, err)
+	}
+	return nil
+}
+
+// leaveFleet deletes the member's row, which frees its share at once, and releases its lock.
+func leaveFleet(ctx context.Context, c leaseConn, table, fleet string, key, member int32) error {
+	_, err := c.query(ctx, "DELETE FROM "+table+" WHERE fleet = $1 AND member = $2", fleet, int64(member))
+	if err == nil {
+		_, err = c.query(ctx, "SELECT pg_advisory_unlock($1, $2)", int64(key), int64(member))
+	}
+	return err
+}
+
+// innerLease is a leaseConn on a physical connection of the inner driver (pgx or lib/pq), dialed
+// through gated as the pool's are, so that each query is a call that a context ending interrupts
+// whatever the driver does.
+type innerLease struct{ pc *physConn }
+
+// dialLease opens a lease connection with connector, wrapping it as the pool does.
+func dialLease(ctx context.Context, connector driver.Connector, wrap func(driver.Conn, *sockConn) innerConn) (leaseConn, error) {
+	dc, sock, err := connect(ctx, connector)
+	if err != nil {
+		return nil, err
+	}
+	return &innerLease{pc: newPhysConn(dc, sock, wrap)}, nil
+}
+
+func (l *innerLease) query(ctx context.Context, query string, args ...any) ([][]driver.Value, error) {
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	c := l.pc.startCall(ctx)
+	defer c.end()
+	return readAll(l.pc.query(ctx, query, named))
+}
+
+func readAll(rows driver.Rows, err error) ([][]driver.Value, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out [][]driver.Value
+	for {
+		row := make([]driver.Value, len(rows.Columns()))
+		if err = rows.Next(row); err != nil {
+			break
+		}
+		out = append(out, row)
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	return out, err
+}
+
+func (l *innerLease) exec(ctx context.Context, query string) error {
+	c := l.pc.startCall(ctx)
+	defer c.end()
+	_, err := l.pc.exec(ctx, query, nil)
+	return err
+}
+
+func (l *innerLease) close() { l.pc.close() }
+
+// A FleetMember is one instance of a fleet (gate_fleet=on) as the fleet's table records it.
+type FleetMember struct {
+	ID         int32         // the member's id in the table
+	Info       string        // the instance's host and process id
+	Joined     time.Time     // when it joined, by the database's clock
+	LeaseLeft  time.Duration // until its lease expires by the database's clock; negative once expired
+	Live       bool          // counted in the fleet: lease not expired, or its lease connection still holds its lock
+	Conns      int           // its declared share of gate_max_conns, its lease connection included (0: joining, fenced or without a seat)
+	Concurrent []int         // its declared share of each gate's B: the default workload's first, then gate_workloads'
+	Queue      []int         // its declared share of each gate's Q
+	TotalConns int           // the gate_max_conns it was configured with
+}
+
+// ReadFleet returns the members of the fleet of cfg (its gate_name and gate_fleet_table), live
+// or not, in the order they joined, read with db: what each has declared, which the live ones
+// never add up to more than the totals. It changes nothing; db needs only to read the table. It
+// returns an error wrapping the server's when the table does not exist. Safe for concurrent use.
+func ReadFleet(ctx context.Context, db *sql.DB, cfg *Config) ([]FleetMember, error) {
+	if cfg.Name == "" {
+		return nil, errFleetName
+	}
+	table := cfg.fleetTable()
+	if !fleetTableName.MatchString(table) {
+		return nil, &DSNError{Key: keyFleetTable, Err: fmt.Errorf("invalid value %s", shownValue(table))}
+	}
+	rows, err := db.QueryContext(ctx, `SELECT member, info, joined, extract(epoch FROM expires - clock_timestamp()),
+		`+table+`_live($2, member, expires, clock_timestamp()), conns,
+		array_to_string(concurrent, ','), array_to_string(queue, ','), total_conns
+		FROM `+table+` WHERE fleet = $1 ORDER BY joined, member`, cfg.Name, int64(fleetKey(cfg.Name)))
+	if err != nil {
+		return nil, fmt.Errorf("gated: fleet: reading %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []FleetMember
+	for rows.Next() {
+		var m FleetMember
+		var left float64
+		var b, q string
+		if err := rows.Scan(&m.ID, &m.Info, &m.Joined, &left, &m.Live, &m.Conns, &b, &q, &m.TotalConns); err != nil {
+			return nil, fmt.Errorf("gated: fleet: reading %s: %w", table, err)
+		}
+		m.LeaseLeft = time.Duration(left * float64(time.Second))
+		if m.Concurrent, err = parseInts(b); err == nil {
+			m.Queue, err = parseInts(q)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("gated: fleet: reading %s: %w", table, err)
+	}
+	return out, nil
+}

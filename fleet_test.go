@@ -1,0 +1,623 @@
+package gated
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatedsql/gated/internal/faultproxy"
+	"github.com/gatedsql/gated/internal/pgtest"
+)
+
+// The coordination of gate_fleet=on against the real PostgreSQL, several members in one process,
+// each on its own lease connection, with fake targets that hold exactly the share they are moved
+// to. Two invariants are checked all along: the shares the instances hold add up to at most the
+// totals at every instant (checked on every growth, the only move that adds), and the shares the
+// live rows declare do too (sampled from the table).
+
+// A fakeFleet is the instances of one test: what each holds.
+type fakeFleet struct {
+	t      testing.TB
+	totals share
+
+	mu         sync.Mutex
+	held       map[*fakeTarget]share
+	violations []string
+	// lower holds the totals of members configured with less than totals: while such a member
+	// holds anything, the instances must hold no more than its totals.
+	lower map[string]share // by the member's name
+}
+
+func newFakeFleet(t testing.TB, totals share) *fakeFleet {
+	f := &fakeFleet{t: t, totals: totals, held: map[*fakeTarget]share{}}
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, v := range f.violations {
+			t.Error(v)
+		}
+	})
+	return f
+}
+
+// A fakeTarget is one instance: it holds what it is moved to. While stuck is set, shrinkTo
+// waits, as an instance whose connections are all in use does.
+type fakeTarget struct {
+	f     *fakeFleet
+	name  string
+	stuck atomic.Bool
+}
+
+func (tg *fakeTarget) shrinkTo(ctx context.Context, s share) error {
+	for tg.stuck.Load() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	tg.set(s)
+	return nil
+}
+
+func (tg *fakeTarget) growTo(s share) { tg.set(s) }
+
+func (tg *fakeTarget) set(s share) {
+	f := tg.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := sum(s.concurrent); b > s.dataConns() {
+		f.violations = append(f.violations, fmt.Sprintf("%s moved to %v: B %d above its %d data connections", tg.name, s, b, s.dataConns()))
+	}
+	f.held[tg] = s.clone()
+	total := zeroShare(len(f.totals.concurrent))
+	for _, h := range f.held {
+		total.conns += h.conns
+		for i := range h.concurrent {
+			total.concurrent[i] += h.concurrent[i]
+			total.queue[i] += h.queue[i]
+		}
+	}
+	if !total.within(f.totals) {
+		f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v, above the totals %v", tg.name, s, total, f.totals))
+	}
+	for low, h := range f.held {
+		if lt, ok := f.lower[low.name]; ok && h.conns > 0 && !total.within(lt) {
+			f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v while %s, configured with %v, holds %v",
+				tg.name, s, total, low.name, lt, h))
+		}
+	}
+}
+
+// gone is a crashed instance: it holds nothing any more.
+func (tg *fakeTarget) gone() { tg.set(zeroShare(len(tg.f.totals.concurrent))) }
+
+func (tg *fakeTarget) holds() share {
+	tg.f.mu.Lock()
+	defer tg.f.mu.Unlock()
+	if s, ok := tg.f.held[tg]; ok {
+		return s.clone()
+	}
+	return zeroShare(len(tg.f.totals.concurrent))
+}
+
+// fleetTest is one test's fleet: a table of its own, a name, a TTL.
+type fleetTest struct {
+	t       *testing.T
+	f       *fakeFleet
+	table   string
+	name    string
+	ttl     time.Duration
+	refresh time.Duration
+	adm     *sql.DB
+	seq     int
+}
+
+func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleetTest {
+	adm := admin(t)
+	ft := &fleetTest{
+		t: t, f: newFakeFleet(t, totals), adm: adm, ttl: ttl, refresh: refresh,
+		table: fmt.Sprintf("gated_test_fleet_%d_%d", time.Now().UnixNano()%1e9, objSeq.Add(1)),
+		name:  fmt.Sprintf("fleet_%d", appSeq.Add(1)),
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, drop := range []string{"FUNCTION IF EXISTS " + ft.table + "_refresh", "FUNCTION IF EXISTS " + ft.table + "_live", "TABLE IF EXISTS " + ft.table} {
+			if _, err := adm.ExecContext(ctx, "DROP "+drop); err != nil {
+				t.Errorf("drop %s: %v", drop, err)
+			}
+		}
+	})
+	return ft
+}
+
+// dialer returns a lease dialer on the server at base ("" for the test server), with an
+// application_name of its own, which it returns.
+func (ft *fleetTest) dialer(base string) (func(context.Context) (leaseConn, error), string) {
+	return ft.dialerWith("pgx", base)
+}
+
+// dialerWith is dialer with the inner driver drv.
+func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (leaseConn, error), string) {
+	if base == "" {
+		base = pgtest.URL(ft.t)
+	}
+	dsn, app := pgDSN(ft.t, base, drv, "")
+	u, _ := url.Parse(dsn)
+	q := u.Query()
+	q.Del("gate_driver")
+	u.RawQuery = q.Encode()
+	connector, wrap, err := newInner(drv, u.String(), innerOptions{})
+	if err != nil {
+		ft.t.Fatal(err)
+	}
+	return func(ctx context.Context) (leaseConn, error) { return dialLease(ctx, connector, wrap) }, app
+}
+
+// member starts a member with a fake target on the lease dialer dial (nil: the test server's).
+func (ft *fleetTest) member(dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
+	return ft.memberWith(ft.f.totals, dial, beforeStep)
+}
+
+// memberWith is member configured with totals of its own.
+func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
+	ft.seq++
+	tg := &fakeTarget{f: ft.f, name: fmt.Sprintf("member %d", ft.seq)}
+	if dial == nil {
+		dial, _ = ft.dialer("")
+	}
+	var log *slog.Logger
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("member", tg.name)
+	}
+	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: totals, info: tg.name}, dial, tg, log)
+	m.beforeStep = beforeStep
+	m.start()
+	ft.t.Cleanup(func() {
+		select {
+		case <-m.stop:
+		default:
+			m.close()
+		}
+	})
+	return m, tg
+}
+
+// declared samples the table every few milliseconds until stop and records every sum of the
+// live rows' declarations that is above the totals.
+func (ft *fleetTest) watchDeclared() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		q := fmt.Sprintf(`SELECT coalesce(sum(conns), 0), coalesce(sum(concurrent[1]), 0), coalesce(sum(queue[1]), 0)
+			FROM %[1]s WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())`, ft.table)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var c, b, qq int
+			if err := ft.adm.QueryRow(q, ft.name, fleetKey(ft.name)).Scan(&c, &b, &qq); err != nil {
+				continue // the table may not exist yet
+			}
+			if c > ft.f.totals.conns || b > ft.f.totals.concurrent[0] || qq > ft.f.totals.queue[0] {
+				ft.f.mu.Lock()
+				ft.f.violations = append(ft.f.violations, fmt.Sprintf("the live rows declare conns %d, B %d, Q %d, above the totals %v:\n%s",
+					c, b, qq, ft.f.totals, ft.rows()))
+				ft.f.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// rows returns the fleet's rows as text, for failure messages.
+func (ft *fleetTest) rows() string {
+	rs, err := ft.adm.Query(fmt.Sprintf(`SELECT member, info, conns, expires - clock_timestamp(), %[1]s_live($2, member, expires, clock_timestamp())
+		FROM %[1]s WHERE fleet = $1 ORDER BY joined`, ft.table), ft.name, fleetKey(ft.name))
+	if err != nil {
+		return err.Error()
+	}
+	defer rs.Close()
+	var out string
+	for rs.Next() {
+		var member, conns int
+		var info, left string
+		var live bool
+		rs.Scan(&member, &info, &conns, &left, &live)
+		out += fmt.Sprintf("\tmember %d (%s): conns %d, lease left %s, live %v\n", member, info, conns, left, live)
+	}
+	return out
+}
+
+// waitShares waits until the targets hold exactly the conns given, in order.
+func waitShares(t *testing.T, what string, targets []*fakeTarget, conns ...int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var got []int
+		for _, tg := range targets {
+			got = append(got, tg.holds().conns)
+		}
+		if slices.Equal(got, conns) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the instances hold conns %v, want %v", what, got, conns)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var totals12 = share{conns: 12, concurrent: []int{10}, queue: []int{20}}
+
+// TestFleetMembersShareTheTotals: one member alone holds everything; two more join and all three
+// come to their fair shares without the fleet ever holding or declaring more than the totals;
+// one leaves and its share is taken over at once (its row is deleted, no TTL to wait for).
+func TestFleetMembersShareTheTotals(t *testing.T) {
+	ft := newFleetTest(t, totals12, 3*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	a, ta := ft.member(nil, nil)
+	waitShares(t, "alone", []*fakeTarget{ta}, 12)
+	if s := ta.holds(); s.concurrent[0] != 10 || s.queue[0] != 20 {
+		t.Fatalf("alone the member holds %v, want all of %v", s, totals12)
+	}
+	_, tb := ft.member(nil, nil)
+	c, tc := ft.member(nil, nil)
+	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	for _, tg := range []*fakeTarget{ta, tb, tc} {
+		if s := tg.holds(); s.concurrent[0] != 3 || s.queue[0] < 6 || s.queue[0] > 7 {
+			t.Errorf("%s holds %v among three, want conns 4, B 3 (beside its lease), Q 6 or 7", tg.name, s)
+		}
+	}
+	if st := a.stats(); st.Members != 3 || st.Conns != 4 || !st.Seated || st.TotalConns != 12 {
+		t.Errorf("stats of the first member: %+v", st)
+	}
+	members, err := ReadFleet(context.Background(), ft.adm, &Config{Name: ft.name, FleetTable: ft.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []string
+	for _, m := range members {
+		infos = append(infos, m.Info)
+		if !m.Live || m.Conns != 4 || m.TotalConns != 12 || len(m.Concurrent) != 1 || m.Concurrent[0] != 3 || m.LeaseLeft <= 0 {
+			t.Errorf("ReadFleet: %+v, want a live member declaring 4 connections and B 3", m)
+		}
+	}
+	for i := 1; i < len(members); i++ {
+		if members[i].Joined.Before(members[i-1].Joined) {
+			t.Errorf("ReadFleet lists %v out of the order they joined", infos)
+		}
+	}
+	slices.Sort(infos)
+	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
+		t.Errorf("ReadFleet lists %v, want the three members", infos)
+	}
+	c.close()
+	tc.gone()
+	waitShares(t, "after one left", []*fakeTarget{ta, tb}, 6, 6)
+}
+
+// TestFleetCrashedMemberShareComesBackAfterItsTTL: a member that dies without leaving (its lease
+// connection closed, as the kernel closes a killed process's sockets) keeps its share counted
+// until its lease expires by the database's clock; then the others take it over.
+func TestFleetCrashedMemberShareComesBackAfterItsTTL(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	_, ta := ft.member(nil, nil)
+	_, tb := ft.member(nil, nil)
+	c, tc := ft.member(nil, nil)
+	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	c.crashed.Store(true)
+	c.close()
+	tc.gone()
+	crashed := time.Now()
+	waitShares(t, "after the crash", []*fakeTarget{ta, tb}, 6, 6)
+	if d := time.Since(crashed); d < ft.ttl/2 {
+		t.Errorf("the crashed member's share came back %v after the crash, before its lease of %v can have expired", d, ft.ttl)
+	}
+}
+
+// TestFleetMemberThatStopsRefreshingKeepsItsShareCounted: a member whose loop stops (the process
+// hangs, its connections stay open) is never counted out while its lease connection lives, even
+// long after its lease expired: its session lock proves it may still hold its share. A newcomer
+// then finds no room beyond the others' shares.
+func TestFleetMemberThatStopsRefreshingKeepsItsShareCounted(t *testing.T) {
+	ft := newFleetTest(t, totals12, time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	var frozen atomic.Bool
+	release := make(chan struct{})
+	_, ta := ft.member(nil, nil)
+	_, tb := ft.member(nil, func() {
+		if frozen.Load() {
+			<-release
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the members' cleanups, which wait for their loops
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	frozen.Store(true)
+	// Three TTLs: a TTL-only lease would have handed b's share to a, or to the newcomer.
+	time.Sleep(3 * ft.ttl)
+	_, tc := ft.member(nil, nil)
+	waitShares(t, "a newcomer beside a frozen member", []*fakeTarget{ta, tb, tc}, 4, 6, 2)
+}
+
+// TestFleetDatabaseClockJumpExpiresNoLiveMember: the database's clock jumps an hour ahead for
+// every refresh, so that every lease looks long expired. The members' session locks keep them
+// counted: nobody grows into another's share, and a newcomer still only gets what is freed for it.
+func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	a, ta := ft.member(nil, nil)
+	b, tb := ft.member(nil, nil)
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	for _, m := range []*fleetMember{a, b} {
+		m.skew.Store(int64(time.Hour))
+	}
+	c, tc := ft.member(nil, nil)
+	c.skew.Store(int64(time.Hour))
+	waitShares(t, "three after the jump", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	// And back: the leases written during the jump now look an hour younger, which would only
+	// delay a crashed member's return by that hour; once every member has refreshed on the
+	// clock as it is, a crash is reclaimed after the TTL again.
+	for _, m := range []*fleetMember{a, b, c} {
+		m.skew.Store(0)
+	}
+	waitFor(t, "every lease refreshed after the jump back", func() bool {
+		var late bool
+		err := ft.adm.QueryRow("SELECT bool_or(expires > clock_timestamp() + $2::interval) FROM "+ft.table+" WHERE fleet = $1",
+			ft.name, interval(ft.ttl)).Scan(&late)
+		return err == nil && !late
+	})
+	b.crashed.Store(true)
+	b.close()
+	tb.gone()
+	waitShares(t, "after a crash", []*fakeTarget{ta, tc}, 6, 6)
+}
+
+// TestFleetBlackholedCoordinationKeepsTheTotals: one member's lease connection goes through a
+// proxy that stops forwarding. Its refreshes hang and time out; it keeps its share without
+// growing until its lease may have expired, then fences itself to nothing. The others never
+// take its share meanwhile: its lease backend, held open by the partition, keeps its lock. Once
+// the network heals it gets its share back under the same row, and terminates that backend.
+func TestFleetBlackholedCoordinationKeepsTheTotals(t *testing.T) {
+	forEachDriver(t, testFleetBlackholed)
+}
+
+func testFleetBlackholed(t *testing.T, drv string) {
+	ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	p, base := proxied(t)
+	dial, app := ft.dialerWith(drv, base)
+	_, ta := ft.member(nil, nil)
+	b, tb := ft.member(dial, nil)
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	p.Blackhole(true)
+	waitFor(t, "the partitioned member to fence itself", func() bool { return tb.holds().conns == 0 })
+	if st := b.stats(); st.RefreshErrors == 0 || st.Seated {
+		t.Errorf("stats of the partitioned member: %+v", st)
+	}
+	if s := ta.holds(); s.conns != 6 {
+		t.Errorf("during the partition the other member holds %v, want its 6 connections and no more", s)
+	}
+	p.Blackhole(false)
+	waitShares(t, "healed", []*fakeTarget{ta, tb}, 6, 6)
+	// The lease connection given up during the partition is still open on the server (the
+	// proxy holds it, as a partitioned network does until TCP keepalive ends it): the member's
+	// new lease connection terminates it.
+	waitFor(t, "the given-up lease connection terminated", func() bool { return backends(t, ft.adm, app) == 1 })
+}
+
+// TestFleetFailingCoordinationKeepsTheShareThenFences: every refresh of one member is cut by the
+// network before it reaches the server (a reset). It keeps its share while its lease is valid,
+// fences itself before the lease can expire, and the others take its share only after that.
+// (Were the refreshes cut after reaching the server, the server would go on renewing the lease of
+// a member that declares nothing once fenced: the others keep their fair shares, and nobody holds
+// more than the totals either.)
+func TestFleetFailingCoordinationKeepsTheShareThenFences(t *testing.T) {
+	ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	p, base := proxied(t)
+	dial, _ := ft.dialer(base)
+	_, ta := ft.member(nil, nil)
+	var failing atomic.Bool
+	var tb *fakeTarget
+	_, tb = ft.member(dial, func() {
+		if failing.Load() {
+			// The member's name is in every refresh's parameters (pgx sends the statement's
+			// text only when it prepares it).
+			p.Arm(faultproxy.Rule{Match: []byte(tb.name), How: faultproxy.RST, When: faultproxy.BeforeRequest})
+		}
+	})
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	failing.Store(true)
+	waitShares(t, "failing", []*fakeTarget{ta, tb}, 12, 0)
+	failing.Store(false)
+	waitShares(t, "recovered", []*fakeTarget{ta, tb}, 6, 6)
+}
+
+// TestFleetShrinkWaitsForRunningWork: a member whose operations do not end cannot shrink, so it
+// keeps declaring its share, and the newcomer waits for it; once the work ends the shares move.
+func TestFleetShrinkWaitsForRunningWork(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	_, ta := ft.member(nil, nil)
+	waitShares(t, "alone", []*fakeTarget{ta}, 12)
+	ta.stuck.Store(true)
+	_, tb := ft.member(nil, nil)
+	time.Sleep(5 * ft.refresh)
+	if s := tb.holds(); s.conns != 0 {
+		t.Fatalf("the newcomer holds %v while the other cannot shrink", s)
+	}
+	ta.stuck.Store(false)
+	waitShares(t, "after the work ended", []*fakeTarget{ta, tb}, 6, 6)
+}
+
+// TestFleetMoreMembersThanConnections: with 3 connections and 5 members, the first three hold a
+// seat of one connection each (their lease) and no permit, the last two hold nothing and keep no
+// connection open; when two seated members leave, the waiting ones get the seats.
+func TestFleetMoreMembersThanConnections(t *testing.T) {
+	ft := newFleetTest(t, share{conns: 3, concurrent: []int{3}, queue: []int{3}}, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	var ms []*fleetMember
+	var ts []*fakeTarget
+	for range 5 {
+		m, tg := ft.member(nil, nil)
+		ms, ts = append(ms, m), append(ts, tg)
+		waitFor(t, "the member to join", func() bool { return m.stats().Members == len(ms) })
+	}
+	waitShares(t, "five", ts, 1, 1, 1, 0, 0)
+	for _, tg := range ts {
+		if s := tg.holds(); s.concurrent[0] != 0 || s.queue[0] != 0 {
+			t.Errorf("%s holds %v, want no permit: one connection is its lease", tg.name, s)
+		}
+	}
+	ms[0].close()
+	ts[0].gone()
+	ms[1].close()
+	ts[1].gone()
+	waitShares(t, "three left", ts[2:], 1, 1, 1)
+}
+
+// BenchmarkFleetRefresh measures one refresh, the only coordination query, in a fleet of six
+// members: a steady one (declares what it holds) and one that asks to grow (takes the growth
+// lock and reads the others' declarations).
+func BenchmarkFleetRefresh(b *testing.B) {
+	for _, grow := range []bool{false, true} {
+		b.Run(fmt.Sprintf("grow=%v", grow), func(b *testing.B) {
+			totals := share{conns: 60, concurrent: []int{48}, queue: []int{48}}
+			adm := admin(b)
+			table := fmt.Sprintf("gated_bench_fleet_%d", time.Now().UnixNano()%1e9)
+			b.Cleanup(func() {
+				for _, drop := range []string{"FUNCTION IF EXISTS " + table + "_refresh", "FUNCTION IF EXISTS " + table + "_live", "TABLE IF EXISTS " + table} {
+					adm.Exec("DROP " + drop)
+				}
+			})
+			connector, wrap, err := newInner("pgx", pgtest.URL(b), innerOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var conns []leaseConn
+			for i := range 6 {
+				c, err := dialLease(ctx, connector, wrap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.close()
+				if i == 0 {
+					if err := ensureFleetSchema(ctx, c, table); err != nil {
+						b.Fatal(err)
+					}
+				}
+				conns = append(conns, c)
+				have := targetShare(totals, 6, i)
+				have.conns-- // leave room to grow into
+				req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: int32(i + 1), joining: true, ttl: time.Minute,
+					have: have, want: have, totals: totals}
+				if _, err := refresh(ctx, c, table, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			have := targetShare(totals, 6, 0)
+			have.conns--
+			req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: 1, ttl: time.Minute, have: have, want: have, totals: totals}
+			if grow {
+				req.want = have.join(targetShare(totals, 1, 0))
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := refresh(ctx, conns[0], table, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestFleetGivenUpLeaseConnectionIsTerminated: one refresh of a member hangs for good on its
+// connection (a network that drops that one flow; the server keeps the backend open). The
+// member gives the connection up at its timeout, keeps its share on a new lease connection, and
+// terminates the old backend, which would otherwise count one above its share (and hold its lock)
+// until the server's TCP keepalive ended it.
+func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
+		defer ft.watchDeclared()()
+		p, base := proxied(t)
+		dial, app := ft.dialerWith(drv, base)
+		_, ta := ft.member(nil, nil)
+		b, tb := ft.member(dial, nil)
+		waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+		var old int
+		if err := ft.adm.QueryRow("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app).Scan(&old); err != nil {
+			t.Fatal(err)
+		}
+		errs := b.stats().RefreshErrors
+		holed := p.Arm(faultproxy.Rule{Match: []byte(tb.name), How: faultproxy.Blackhole, When: faultproxy.BeforeRequest})
+		<-holed
+		waitFor(t, "the hung refresh given up", func() bool { return b.stats().RefreshErrors > errs })
+		waitFor(t, "the given-up lease connection's backend terminated", func() bool {
+			var n int
+			return ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", old).Scan(&n) == nil && n == 0
+		})
+		waitFor(t, "one lease connection", func() bool { return backends(t, ft.adm, app) == 1 })
+		if s := tb.holds(); s.conns != 6 {
+			t.Errorf("the member holds %v after one hung refresh, want its share of 6 kept", s)
+		}
+		p.Close() // ends the held flow, so that the member's background close of it need not wait for its bound
+	})
+}
+
+// TestFleetKeepsToTheSmallestTotals: during a rolling deploy that lowers the budget from 12 to 8
+// connections, old and new members run side by side; the fleet keeps to 8 while any member
+// configured with 8 lives, and the old members' shares shrink to fit.
+func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	_, ta := ft.member(nil, nil)
+	_, tb := ft.member(nil, nil)
+	waitShares(t, "two old", []*fakeTarget{ta, tb}, 6, 6)
+	lower := share{conns: 8, concurrent: []int{6}, queue: []int{12}}
+	ft.f.mu.Lock()
+	ft.f.lower = map[string]share{"member 3": lower} // the next member's name
+	ft.f.mu.Unlock()
+	_, tc := ft.memberWith(lower, nil, nil)
+	waitShares(t, "two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
+}
+
+// TestFleetSurvivesAServerRestart: the server restarts under a fleet of two. Their lease
+// connections break and their locks go with the server, but their leases are rows: each member
+// reconnects, finds its row live, and keeps its share; nobody is ever above the totals.
+func TestFleetSurvivesAServerRestart(t *testing.T) {
+	cluster := pgtest.NewCluster(t)
+	ft := newFleetTest(t, totals12, 20*time.Second, 200*time.Millisecond)
+	dial, _ := ft.dialer(cluster.URL())
+	// The fleet's table is on the cluster, which the test's admin connection does not reach: what
+	// the members hold is checked by their fake targets.
+	a, ta := ft.member(dial, nil)
+	b, tb := ft.member(dial, nil)
+	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	errs := a.stats().RefreshErrors + b.stats().RefreshErrors
+	changes := a.stats().ShareChanges + b.stats().ShareChanges
+	cluster.Restart(t)
+	waitFor(t, "refreshes to fail and then succeed again", func() bool {
+		return a.stats().RefreshErrors+b.stats().RefreshErrors > errs && a.stats().Members == 2 && b.stats().Members == 2
+	})
+	waitShares(t, "after the restart", []*fakeTarget{ta, tb}, 6, 6)
+	if c := a.stats().ShareChanges + b.stats().ShareChanges; c != changes {
+		t.Errorf("the shares changed %d times across the restart, want none: the members were to keep them", c-changes)
+	}
+}
