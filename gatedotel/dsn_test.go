@@ -29,6 +29,7 @@ var gateInstruments = map[string]string{
 	"gated.running": "{operation}", "gated.waiting": "{operation}", "gated.concurrent.limit": "{operation}",
 	"gated.queue.limit": "{operation}", "gated.admitted": "{operation}", "gated.rejected": "{operation}",
 	"gated.canceled": "{operation}", "gated.server_timeouts": "{statement}", "gated.commit_unknown": "{commit}",
+	"gated.lent": "{operation}", "gated.borrowed": "{operation}",
 	"db.client.connection.wait_time": "s", "db.client.connection.use_time": "s",
 	"gated.connect.duration": "s", "gated.statement.duration": "s",
 }

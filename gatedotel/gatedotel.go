@@ -52,12 +52,23 @@
 //
 // Every one has db.client.connection.pool.name (the pool name, default "gated"); the wait and
 // use times and all of the gate's own instruments also carry gated.workload. The gate's own:
-// gated.running, gated.waiting, gated.concurrent.limit, gated.queue.limit ({operation});
-// gated.admitted, gated.rejected (by gated.rejected.reason = full | timeout), gated.canceled
-// ({operation}); gated.server_timeouts (by gated.server_timeout.kind = statement | lock),
-// gated.commit_unknown; gated.connect.duration and gated.statement.duration (s); and for the
-// pool gated.connections.opened, gated.connections.closed (by gated.close.reason),
-// gated.connect.errors and gated.connect.canceled. Every workload of the Connector
+// gated.running, gated.waiting, gated.concurrent.limit (B; with gate_concurrent=auto the
+// current limit, in a fleet this instance's share), gated.queue.limit, gated.lent (permits lent
+// to other workloads now) and gated.borrowed (operations on a borrowed permit now)
+// ({operation}); gated.admitted, gated.rejected (by gated.rejected.reason = full | timeout),
+// gated.canceled ({operation}); gated.server_timeouts (by gated.server_timeout.kind = statement |
+// lock), gated.commit_unknown; gated.connect.duration and gated.statement.duration (s); and for
+// the pool gated.connections.opened, gated.connections.closed (by gated.close.reason, every
+// [gated.CloseReasons] name), gated.connect.errors and gated.connect.canceled.
+//
+// In a fleet (gate_fleet=on), and only there, the instance's place in it ([gated.FleetStats]):
+// gated.fleet.members ({instance}), gated.fleet.connections.share and
+// gated.fleet.connections.total_limit ({connection}), per workload
+// gated.fleet.concurrent.total_limit and gated.fleet.queue.total_limit ({operation}),
+// gated.fleet.seated (1 while the instance holds a share, else 0; summed over the instances, how
+// many are seated), and the counters gated.fleet.share_changes and gated.fleet.refresh_errors.
+// Outside a fleet they have no points, so that an alert on gated.fleet.seated = 0 fires only for
+// an instance of a fleet. Every workload of the Connector
 // ([gated.Connector.AllStats]) has its series, present from the first collection;
 // db.client.connection.pending_requests and db.client.connection.timeouts add up all workloads.
 // Counters are read from Stats, so they equal it exactly.
@@ -102,6 +113,7 @@ const (
 	secondsUnit     = "s"
 	connectionUnit  = "{connection}"
 	operationUnit   = "{operation}"
+	instanceUnit    = "{instance}"
 	requestUnit     = "{request}"
 	timeoutUnit     = "{timeout}"
 )
@@ -321,8 +333,10 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	timeouts := ctr("db.client.connection.timeouts", timeoutUnit, "The number of connection timeouts that have occurred trying to obtain a connection from the pool.")
 	running := udc("gated.running", operationUnit, "Execution permits held now.")
 	waiting := udc("gated.waiting", operationUnit, "Operations waiting for an execution permit now.")
-	concurrent := udc("gated.concurrent.limit", operationUnit, "B: execution permits.")
-	queue := udc("gated.queue.limit", operationUnit, "Q: admission permits beyond B.")
+	concurrent := udc("gated.concurrent.limit", operationUnit, "B: execution permits; with gate_concurrent=auto the current limit, in a fleet this instance's share.")
+	queue := udc("gated.queue.limit", operationUnit, "Q: admission permits beyond B; in a fleet this instance's share.")
+	lent := udc("gated.lent", operationUnit, "Execution permits of the workload held now by other workloads' operations (the workload option lend).")
+	borrowed := udc("gated.borrowed", operationUnit, "Operations counted in gated.running that hold a permit lent by another workload.")
 	admitted := ctr("gated.admitted", operationUnit, "Operations that got an execution permit.")
 	rejected := ctr("gated.rejected", operationUnit, "Operations refused: full (at once) or timeout (after gate_queue_wait).")
 	canceled := ctr("gated.canceled", operationUnit, "Operations whose context ended while they waited.")
@@ -332,20 +346,30 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	closed := ctr("gated.connections.closed", connectionUnit, "Physical connections closed, by reason.")
 	connectErrors := ctr("gated.connect.errors", "{attempt}", "Attempts to open a connection that failed before the caller's context ended: the server's or network's failures.")
 	connectCanceled := ctr("gated.connect.canceled", "{attempt}", "Attempts to get a connection ready (dial or reuse check) cut short by the caller's context or deadline.")
+	fleetMembers := udc("gated.fleet.members", instanceUnit, "Live instances of the fleet (gate_fleet=on) as the last successful refresh saw them, this one included.")
+	fleetConns := udc("gated.fleet.connections.share", connectionUnit, "This instance's share of the fleet's connections, its lease connection included; 0 while it joins or is fenced.")
+	fleetTotalConns := udc("gated.fleet.connections.total_limit", connectionUnit, "The fleet's gate_max_conns: the connections of all its instances together.")
+	fleetConcurrent := udc("gated.fleet.concurrent.total_limit", operationUnit, "The fleet's B of the workload: execution permits of all its instances together.")
+	fleetQueue := udc("gated.fleet.queue.total_limit", operationUnit, "The fleet's Q of the workload: admission permits beyond B of all its instances together.")
+	fleetSeated := udc("gated.fleet.seated", instanceUnit, "1 while this instance holds a share of the fleet's connections, else 0 (it refuses every operation).")
+	fleetShareChanges := ctr("gated.fleet.share_changes", "{change}", "Times this instance's share of the fleet changed.")
+	fleetRefreshErrors := ctr("gated.fleet.refresh_errors", "{refresh}", "Lease refreshes of this instance that failed (the share is kept, never grown, until it is fenced).")
 	if err != nil {
 		return nil, err
 	}
 
 	o.workloads.Prepare(c)
+	inFleet := c.Config().Fleet
 	poolName := semconv.DBClientConnectionPoolName(o.poolName)
 	poolOnly := metric.WithAttributes(poolName)
 	idle := metric.WithAttributes(poolName, semconv.DBClientConnectionStateIdle)
 	used := metric.WithAttributes(poolName, semconv.DBClientConnectionStateUsed)
 	reg, err := m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
 		var pool gated.PoolStats
+		var fleet gated.FleetStats
 		var allWaiting, allTimeouts int64
 		for name, s := range c.AllStats() {
-			pool = s.Pool
+			pool, fleet = s.Pool, s.Fleet
 			allWaiting += int64(s.Waiting)
 			allTimeouts += s.RejectedTimeout
 			wl := o.workloads.Get(name).observe
@@ -356,6 +380,12 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 			ob.ObserveInt64(waiting, int64(s.Waiting), wl)
 			ob.ObserveInt64(concurrent, int64(s.Concurrent), wl)
 			ob.ObserveInt64(queue, int64(s.Queue), wl)
+			ob.ObserveInt64(lent, int64(s.Lent), wl)
+			ob.ObserveInt64(borrowed, int64(s.Borrowed), wl)
+			if inFleet {
+				ob.ObserveInt64(fleetConcurrent, int64(s.Fleet.TotalConcurrent), wl)
+				ob.ObserveInt64(fleetQueue, int64(s.Fleet.TotalQueue), wl)
+			}
 			ob.ObserveInt64(admitted, s.Admitted, wl)
 			for reason, n := range obsexport.Rejected(&s) {
 				ob.ObserveInt64(rejected, n, with(RejectReasonKey.String(reason)))
@@ -377,6 +407,18 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 		}
 		ob.ObserveInt64(connectErrors, pool.ConnectErrors, poolOnly)
 		ob.ObserveInt64(connectCanceled, pool.ConnectCanceled, poolOnly)
+		if inFleet {
+			ob.ObserveInt64(fleetMembers, int64(fleet.Members), poolOnly)
+			ob.ObserveInt64(fleetConns, int64(fleet.Conns), poolOnly)
+			ob.ObserveInt64(fleetTotalConns, int64(fleet.TotalConns), poolOnly)
+			var seated int64
+			if fleet.Seated {
+				seated = 1
+			}
+			ob.ObserveInt64(fleetSeated, seated, poolOnly)
+			ob.ObserveInt64(fleetShareChanges, fleet.ShareChanges, poolOnly)
+			ob.ObserveInt64(fleetRefreshErrors, fleet.RefreshErrors, poolOnly)
+		}
 		return nil
 	}, insts...)
 	if err != nil {

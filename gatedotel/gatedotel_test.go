@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +45,24 @@ func setup(t *testing.T, params string) (*sql.DB, *gated.Connector, *fakedb.Driv
 	}
 	t.Cleanup(func() { reg.Unregister() })
 	return db, c, fd, reader
+}
+
+// register registers a new gatedotel Observer with c on a manual reader, for the test.
+func register(t *testing.T, c *gated.Connector) *sdkmetric.ManualReader {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	obs, err := NewObserver(WithMeterProvider(mp), WithPoolName("shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := obs.Register(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Unregister() })
+	return reader
 }
 
 var waitFor = obstest.WaitFor
@@ -169,6 +189,105 @@ func TestSemanticConventionNamesAndValues(t *testing.T) {
 	}
 	if s.Admitted != 4 || s.RejectedFull != 1 || s.Pool.Opened != 1 {
 		t.Errorf("stats = %+v", s)
+	}
+}
+
+// TestLendingInstruments: while the default gate runs one operation on its own permit and one
+// on a permit the lending batch gate lent it, gated.lent and gated.borrowed equal each gate's
+// Lent and Borrowed, and there are no fleet instruments' points outside a fleet.
+func TestLendingInstruments(t *testing.T) {
+	db, c, fd, reader := setup(t, "gate_max_conns=2 gate_concurrent=1 gate_queue=1 gate_queue_wait=5s gate_workloads=batch:1:1:1s:lend")
+	held := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := db.Exec("BLOCK l"); held <- err }()
+	}
+	if err := fd.WaitBlocked(context.Background(), "l", 2); err != nil {
+		t.Fatal(err)
+	}
+	pts := collect(t, reader)
+	all := maps.Collect(c.AllStats())
+	if d, b := all[gated.DefaultWorkload], all["batch"]; d.Borrowed != 1 || b.Lent != 1 {
+		t.Fatalf("default borrowed %d, batch lent %d: want 1 and 1", d.Borrowed, b.Lent)
+	}
+	pool := attribute.String("db.client.connection.pool.name", "shop")
+	for name, s := range all {
+		wl := WorkloadKey.String(name)
+		for _, tc := range []struct {
+			name string
+			want int
+		}{{"gated.lent", s.Lent}, {"gated.borrowed", s.Borrowed}, {"gated.running", s.Running}} {
+			if got := value(t, pts, tc.name, "{operation}", pool, wl); got != int64(tc.want) {
+				t.Errorf("%s{%s} = %d, Stats says %d", tc.name, name, got, tc.want)
+			}
+		}
+	}
+	for name := range pts {
+		if strings.HasPrefix(name, "gated.fleet.") {
+			t.Errorf("%s has points without a fleet", name)
+		}
+	}
+	fd.Release("l")
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFleetInstruments: a lone instance of a fleet on PostgreSQL, once seated, reports its place
+// in the fleet as Stats().Fleet says, per workload for the totals of B and Q, and the close
+// reason shrunk among the others.
+func TestFleetInstruments(t *testing.T) {
+	dsn := obstest.PGDSN(t, "pgx", obstest.FleetParams(t)+"&gate_max_conns=4&gate_concurrent=2&gate_queue=2&gate_workloads=batch:1:1:1s")
+	db, c := obstest.OpenWith(t, dsn, nil)
+	reader := register(t, c)
+	waitFor(t, "seated", func() bool { return c.Stats().Fleet.Seated })
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "quiet", func() bool { return obstest.Quiet(c) })
+	// The fleet's figures change only on a share change or a failed refresh: collect between
+	// two equal readings of Stats.
+	var pts map[string][]point
+	var all map[string]gated.Stats
+	waitFor(t, "a stable fleet", func() bool {
+		before := c.Stats().Fleet
+		pts, all = collect(t, reader), maps.Collect(c.AllStats())
+		return c.Stats().Fleet == before && all[gated.DefaultWorkload].Fleet == before
+	})
+	s := all[gated.DefaultWorkload]
+	f := s.Fleet
+	if f.Members != 1 || f.Conns != 4 || f.TotalConns != 4 {
+		t.Errorf("Stats().Fleet = %+v, want a lone member holding all 4 connections", f)
+	}
+	pool := attribute.String("db.client.connection.pool.name", "shop")
+	for _, tc := range []struct {
+		name, unit string
+		attrs      []attribute.KeyValue
+		want       int64
+	}{
+		{"gated.fleet.members", "{instance}", []attribute.KeyValue{pool}, int64(f.Members)},
+		{"gated.fleet.connections.share", "{connection}", []attribute.KeyValue{pool}, int64(f.Conns)},
+		{"gated.fleet.connections.total_limit", "{connection}", []attribute.KeyValue{pool}, int64(f.TotalConns)},
+		{"gated.fleet.seated", "{instance}", []attribute.KeyValue{pool}, 1},
+		{"gated.fleet.share_changes", "{change}", []attribute.KeyValue{pool}, f.ShareChanges},
+		{"gated.fleet.refresh_errors", "{refresh}", []attribute.KeyValue{pool}, f.RefreshErrors},
+		{"gated.connections.closed", "{connection}", []attribute.KeyValue{pool, CloseReasonKey.String("shrunk")}, s.Pool.ClosedShrunk},
+	} {
+		if got := value(t, pts, tc.name, tc.unit, tc.attrs...); got != tc.want {
+			t.Errorf("%s %v = %d, Stats says %d", tc.name, tc.attrs, got, tc.want)
+		}
+	}
+	for name, s := range all {
+		wl := WorkloadKey.String(name)
+		for _, tc := range []struct {
+			name string
+			want int
+		}{{"gated.fleet.concurrent.total_limit", s.Fleet.TotalConcurrent}, {"gated.fleet.queue.total_limit", s.Fleet.TotalQueue}, {"gated.concurrent.limit", s.Concurrent}} {
+			if got := value(t, pts, tc.name, "{operation}", pool, wl); got != int64(tc.want) {
+				t.Errorf("%s{%s} = %d, Stats says %d", tc.name, name, got, tc.want)
+			}
+		}
 	}
 }
 

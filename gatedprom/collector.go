@@ -68,8 +68,10 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 
 		running:        d("gated_running", "Execution permits held now.", "workload"),
 		waiting:        d("gated_waiting", "Operations waiting for an execution permit now.", "workload"),
-		concurrent:     d("gated_concurrent_limit", "B: execution permits of the workload.", "workload"),
-		queue:          d("gated_queue_limit", "Q: admission permits beyond B (how many may wait).", "workload"),
+		concurrent:     d("gated_concurrent_limit", "B: execution permits of the workload; with gate_concurrent=auto the current limit, in a fleet this instance's share.", "workload"),
+		queue:          d("gated_queue_limit", "Q: admission permits beyond B (how many may wait); in a fleet this instance's share.", "workload"),
+		lent:           d("gated_lent", "Execution permits of the workload held now by other workloads' operations (the workload option lend).", "workload"),
+		borrowed:       d("gated_borrowed", "Operations counted in gated_running that hold a permit lent by another workload.", "workload"),
 		admitted:       d("gated_admitted_total", "Operations that got an execution permit.", "workload"),
 		rejected:       d("gated_rejected_total", "Operations refused: full (at once, ErrAdmissionFull) or timeout (after gate_queue_wait, ErrAdmissionTimeout).", "workload", "reason"),
 		canceled:       d("gated_canceled_total", "Operations whose context ended while they waited for an execution permit.", "workload"),
@@ -86,6 +88,16 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 		closed:        d("gated_connections_closed_total", "Physical connections closed, by reason.", "reason"),
 		connectErrors: d("gated_connect_errors_total", "Attempts to open a physical connection that failed while the caller's context was alive: the server's or network's failures."),
 		connectCanc:   d("gated_connect_canceled_total", "Attempts to get a physical connection ready (dial or reuse check) cut short by the caller's context or deadline."),
+
+		fleet:             c.Config().Fleet,
+		fleetMembers:      d("gated_fleet_members", "Live instances of the fleet (gate_fleet=on) as the last successful refresh saw them, this one included."),
+		fleetConns:        d("gated_fleet_connections_share", "This instance's share of the fleet's physical connections, its lease connection included; 0 while it joins or is fenced."),
+		fleetTotalConns:   d("gated_fleet_connections_total_limit", "The fleet's gate_max_conns: the physical connections of all its instances together."),
+		fleetConcurrent:   d("gated_fleet_concurrent_total_limit", "The fleet's B of the workload: execution permits of all its instances together.", "workload"),
+		fleetQueue:        d("gated_fleet_queue_total_limit", "The fleet's Q of the workload: admission permits beyond B of all its instances together.", "workload"),
+		fleetSeated:       d("gated_fleet_seated", "1 while this instance holds a share of the fleet's connections, else 0 (it refuses every operation)."),
+		fleetShareChanges: d("gated_fleet_share_changes_total", "Times this instance's share of the fleet changed."),
+		fleetRefreshErrs:  d("gated_fleet_refresh_errors_total", "Lease refreshes of this instance that failed (the share is kept, never grown, until it is fenced)."),
 	}
 	return col
 }
@@ -95,27 +107,38 @@ type collector struct {
 	obs *Observer
 
 	running, waiting, concurrent, queue *prometheus.Desc
+	lent, borrowed                      *prometheus.Desc
 	admitted, rejected, canceled        *prometheus.Desc
 	serverTimeouts, commitUnknown       *prometheus.Desc
 	wait, connect, hold, statement      *prometheus.Desc
 	conns, connsMax, opened, closed     *prometheus.Desc
 	connectErrors, connectCanc          *prometheus.Desc
+
+	// The fleet's metrics, collected only when the Connector is in a fleet (Config.Fleet).
+	fleet                                     bool
+	fleetMembers, fleetConns, fleetTotalConns *prometheus.Desc
+	fleetConcurrent, fleetQueue, fleetSeated  *prometheus.Desc
+	fleetShareChanges, fleetRefreshErrs       *prometheus.Desc
 }
 
-// Describe sends every metric's description, histograms included even without an Observer:
-// a description of a metric that is then not collected is allowed.
+// Describe sends every metric's description, histograms included even without an Observer and
+// the fleet's even without a fleet: a description of a metric that is then not collected is
+// allowed.
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		col.running, col.waiting, col.concurrent, col.queue,
+		col.running, col.waiting, col.concurrent, col.queue, col.lent, col.borrowed,
 		col.admitted, col.rejected, col.canceled, col.serverTimeouts, col.commitUnknown,
 		col.wait, col.connect, col.hold, col.statement,
 		col.conns, col.connsMax, col.opened, col.closed, col.connectErrors, col.connectCanc,
+		col.fleetMembers, col.fleetConns, col.fleetTotalConns, col.fleetConcurrent, col.fleetQueue,
+		col.fleetSeated, col.fleetShareChanges, col.fleetRefreshErrs,
 	} {
 		ch <- d
 	}
 }
 
-// Collect reads every gate's Stats once (c.AllStats) and sends every metric.
+// Collect reads every gate's Stats once (c.AllStats) and sends every metric, the fleet's only
+// when the Connector is in a fleet.
 func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -124,12 +147,19 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	var pool gated.PoolStats
+	var fleet gated.FleetStats
 	for name, s := range col.c.AllStats() {
-		pool = s.Pool
+		pool, fleet = s.Pool, s.Fleet
 		gauge(col.running, float64(s.Running), name)
 		gauge(col.waiting, float64(s.Waiting), name)
 		gauge(col.concurrent, float64(s.Concurrent), name)
 		gauge(col.queue, float64(s.Queue), name)
+		gauge(col.lent, float64(s.Lent), name)
+		gauge(col.borrowed, float64(s.Borrowed), name)
+		if col.fleet {
+			gauge(col.fleetConcurrent, float64(s.Fleet.TotalConcurrent), name)
+			gauge(col.fleetQueue, float64(s.Fleet.TotalQueue), name)
+		}
 		counter(col.admitted, s.Admitted, name)
 		for reason, n := range obsexport.Rejected(&s) {
 			counter(col.rejected, n, name, reason)
@@ -158,4 +188,16 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(col.connectErrors, pool.ConnectErrors)
 	counter(col.connectCanc, pool.ConnectCanceled)
+	if col.fleet {
+		gauge(col.fleetMembers, float64(fleet.Members))
+		gauge(col.fleetConns, float64(fleet.Conns))
+		gauge(col.fleetTotalConns, float64(fleet.TotalConns))
+		seated := 0.0
+		if fleet.Seated {
+			seated = 1
+		}
+		gauge(col.fleetSeated, seated)
+		counter(col.fleetShareChanges, fleet.ShareChanges)
+		counter(col.fleetRefreshErrs, fleet.RefreshErrors)
+	}
 }

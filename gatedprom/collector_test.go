@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"strings"
@@ -124,6 +125,116 @@ func TestCollectorExportsStatsAndHistograms(t *testing.T) {
 		}
 		if b := h.GetBucket(); len(b) != numBuckets || b[0].GetUpperBound() != 0.0001 || b[numBuckets-1].GetUpperBound() != 10 {
 			t.Errorf("%s buckets = %v", name, b)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestCollectorExportsLending: while the default gate runs one operation on its own permit and
+// one on a permit the lending batch gate lent it, gated_lent and gated_borrowed equal each
+// gate's Lent and Borrowed, and there are no fleet metrics outside a fleet.
+func TestCollectorExportsLending(t *testing.T) {
+	db, c, fd := openFake(t, "gate_max_conns=2 gate_concurrent=1 gate_queue=1 gate_queue_wait=5s gate_workloads=batch:1:1:1s:lend", nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(c, WithDatabase("shop")))
+	held := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := db.Exec("BLOCK l"); held <- err }()
+	}
+	if err := fd.WaitBlocked(context.Background(), "l", 2); err != nil {
+		t.Fatal(err)
+	}
+	fams := gather(t, reg)
+	all := maps.Collect(c.AllStats())
+	if d, b := all[gated.DefaultWorkload], all["batch"]; d.Borrowed != 1 || b.Lent != 1 {
+		t.Fatalf("default borrowed %d, batch lent %d: want 1 and 1", d.Borrowed, b.Lent)
+	}
+	for name, s := range all {
+		for _, tc := range []struct {
+			metric string
+			want   int
+		}{{"gated_lent", s.Lent}, {"gated_borrowed", s.Borrowed}, {"gated_running", s.Running}} {
+			if v := metric(t, fams, tc.metric, "workload", name, "database", "shop").GetGauge().GetValue(); v != float64(tc.want) {
+				t.Errorf("%s{workload=%q} = %v, Stats says %d", tc.metric, name, v, tc.want)
+			}
+		}
+	}
+	for name := range fams {
+		if strings.HasPrefix(name, "gated_fleet_") {
+			t.Errorf("%s exported without a fleet", name)
+		}
+	}
+	fd.Release("l")
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestCollectorExportsFleet: a lone instance of a fleet on PostgreSQL, once seated, exports its
+// place in the fleet as Stats().Fleet says, per workload for the totals of B and Q, and the
+// close reason shrunk among the others.
+func TestCollectorExportsFleet(t *testing.T) {
+	dsn := pgDSN(t, "pgx", obstest.FleetParams(t)+"&gate_max_conns=4&gate_concurrent=2&gate_queue=2&gate_workloads=batch:1:1:1s")
+	db, c := openWith(t, dsn, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(c, WithDatabase("shop")))
+	waitFor(t, "seated", func() bool { return c.Stats().Fleet.Seated })
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "quiet", func() bool { return obstest.Quiet(c) })
+	// The fleet's figures change only on a share change or a failed refresh: gather between two
+	// equal readings of Stats.
+	var fams map[string]*dto.MetricFamily
+	var all map[string]gated.Stats
+	waitFor(t, "a stable fleet", func() bool {
+		before := c.Stats().Fleet
+		fams, all = gather(t, reg), maps.Collect(c.AllStats())
+		return c.Stats().Fleet == before && all[gated.DefaultWorkload].Fleet == before
+	})
+	f := all[gated.DefaultWorkload].Fleet
+	if f.Members != 1 || f.Conns != 4 || f.TotalConns != 4 {
+		t.Errorf("Stats().Fleet = %+v, want a lone member holding all 4 connections", f)
+	}
+	db1 := []string{"database", "shop"}
+	gauge := func(name string, labels ...string) float64 {
+		return metric(t, fams, name, append(labels, db1...)...).GetGauge().GetValue()
+	}
+	counter := func(name string, labels ...string) float64 {
+		return metric(t, fams, name, append(labels, db1...)...).GetCounter().GetValue()
+	}
+	for _, tc := range []struct {
+		name string
+		got  float64
+		want int64
+	}{
+		{"gated_fleet_members", gauge("gated_fleet_members"), int64(f.Members)},
+		{"gated_fleet_connections_share", gauge("gated_fleet_connections_share"), int64(f.Conns)},
+		{"gated_fleet_connections_total_limit", gauge("gated_fleet_connections_total_limit"), int64(f.TotalConns)},
+		{"gated_fleet_seated", gauge("gated_fleet_seated"), 1},
+		{"gated_fleet_share_changes_total", counter("gated_fleet_share_changes_total"), f.ShareChanges},
+		{"gated_fleet_refresh_errors_total", counter("gated_fleet_refresh_errors_total"), f.RefreshErrors},
+		{"gated_connections_closed_total{reason=shrunk}", counter("gated_connections_closed_total", "reason", "shrunk"), all[gated.DefaultWorkload].Pool.ClosedShrunk},
+	} {
+		if tc.got != float64(tc.want) {
+			t.Errorf("%s = %v, Stats says %d", tc.name, tc.got, tc.want)
+		}
+	}
+	for name, s := range all {
+		for _, tc := range []struct {
+			metric string
+			want   int
+		}{{"gated_fleet_concurrent_total_limit", s.Fleet.TotalConcurrent}, {"gated_fleet_queue_total_limit", s.Fleet.TotalQueue}, {"gated_concurrent_limit", s.Concurrent}} {
+			if v := gauge(tc.metric, "workload", name); v != float64(tc.want) {
+				t.Errorf("%s{workload=%q} = %v, Stats says %d", tc.metric, name, v, tc.want)
+			}
 		}
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {

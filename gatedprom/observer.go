@@ -12,8 +12,10 @@
 //
 // Every gate metric has the label workload, one series per gate the Connector has ("default"
 // for the gate of gate_concurrent, then every gate_workloads name), present at zero from the
-// start. Gauges: gated_running, gated_waiting, gated_concurrent_limit (B), gated_queue_limit
-// (Q). Counters: gated_admitted_total, gated_rejected_total{reason="full"|"timeout"},
+// start. Gauges: gated_running, gated_waiting, gated_concurrent_limit (B; with
+// gate_concurrent=auto the current limit, in a fleet this instance's share), gated_queue_limit
+// (Q), gated_lent (permits of the workload held by other workloads' operations now, the workload
+// option lend) and gated_borrowed (operations of the workload on a lent permit now). Counters: gated_admitted_total, gated_rejected_total{reason="full"|"timeout"},
 // gated_canceled_total, gated_server_timeouts_total{kind="statement"|"lock"},
 // gated_commit_unknown_total. Histograms (seconds, buckets 100 µs to 10 s): gated_wait_seconds
 // (arrival at the gate to the execution permit), gated_connect_seconds (permit to a ready
@@ -24,9 +26,20 @@
 //
 // The physical pool, shared by all workloads: gated_connections{state="idle"|"in_use"},
 // gated_connections_max (P), gated_connections_opened_total,
-// gated_connections_closed_total{reason="broken"|"lifetime"|"idle_time"|"dead_idle"|"close"|"canceled"},
-// gated_connect_errors_total (the server's or network's failures) and
-// gated_connect_canceled_total (dials and reuse checks cut short by the caller's context).
+// gated_connections_closed_total{reason="broken"|"lifetime"|"idle_time"|"dead_idle"|"close"|"canceled"|"shrunk"}
+// (every [gated.CloseReasons] name), gated_connect_errors_total (the server's or network's
+// failures) and gated_connect_canceled_total (dials and reuse checks cut short by the caller's
+// context).
+//
+// In a fleet (gate_fleet=on), and only there, the instance's place in it ([gated.FleetStats]):
+// gauges gated_fleet_members, gated_fleet_connections_share (this instance's share of
+// gate_max_conns, its lease connection included), gated_fleet_connections_total_limit, per
+// workload gated_fleet_concurrent_total_limit and gated_fleet_queue_total_limit (the fleet's B
+// and Q; the instance's share is gated_concurrent_limit and gated_queue_limit), and
+// gated_fleet_seated (1 while the instance holds a share, else 0); counters
+// gated_fleet_share_changes_total and gated_fleet_refresh_errors_total. Outside a fleet they are
+// not exported, so that an alert on gated_fleet_seated == 0 fires only for an instance of a
+// fleet, never for a Connector that is in none.
 package gatedprom
 
 import (

@@ -139,3 +139,29 @@ func Load(t testing.TB, db *sql.DB, n int) (refused int) {
 	wg.Wait()
 	return refused
 }
+
+// FleetParams returns the gate keys (URL query syntax) of a fleet of its own on the test
+// PostgreSQL server: gate_fleet=on, a unique gate_name and lease table, which is dropped with
+// its functions at the test's cleanup, and a short TTL and refresh, so that a lone instance is
+// seated within a few hundred milliseconds. Call it before opening the DB, so that the DB is
+// closed (and its lease ended) before the table is dropped.
+func FleetParams(t testing.TB) string {
+	t.Helper()
+	n := fmt.Sprintf("%d_%d", time.Now().UnixNano()%1e9, appSeq.Add(1))
+	table := "gated_obs_fleet_" + n
+	adm, err := sql.Open("gated", pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, drop := range []string{"FUNCTION IF EXISTS " + table + "_refresh", "FUNCTION IF EXISTS " + table + "_live", "TABLE IF EXISTS " + table} {
+			if _, err := adm.ExecContext(ctx, "DROP "+drop); err != nil {
+				t.Errorf("drop %s: %v", drop, err)
+			}
+		}
+	})
+	return "gate_fleet=on&gate_name=obs_fleet_" + n + "&gate_fleet_table=" + table + "&gate_fleet_ttl=3s&gate_fleet_refresh=100ms"
+}
