@@ -64,7 +64,21 @@ type Plan struct {
 	Instances   int // peak instances (the autoscaling maximum), ≥ 1
 	Surge       int // extra instances during a rolling deploy, ≥ 0
 	Other       int // connections of everything else, ≥ 0
-	PerInstance int // P: physical connections per instance (Σ gate_max_conns), ≥ 1
+	PerInstance int // P: physical connections per instance (Σ gate_max_conns of the pools without gate_fleet=on), ≥ 0, ≥ 1 without FleetConns
+	// FleetConns is Σ gate_max_conns of the pools with gate_fleet=on, ≥ 0: each is the total of
+	// all the fleet's instances, held by the fleet as a whole, so it counts once, not per
+	// instance; each instance that is still joining may hold one connection more for its lease
+	// until it has a share (FleetJoining).
+	FleetConns int
+}
+
+// FleetJoining is how many connections above their totals a plan's fleets may hold at once: one
+// per instance that is joining, at most every instance of the plan.
+func (p Plan) FleetJoining() int {
+	if p.FleetConns == 0 {
+		return 0
+	}
+	return p.Instances + p.Surge
 }
 
 // Report is the budget worked out for one server and one plan.
@@ -73,7 +87,7 @@ type Report struct {
 	Plan     Plan
 
 	Available      int  // Settings.Available()
-	Needed         int  // (Instances + Surge) × PerInstance + Other
+	Needed         int  // (Instances + Surge) × PerInstance + FleetConns + FleetJoining + Other
 	Headroom       int  // Available − Needed; negative when it does not fit
 	MaxPerInstance int  // the largest P that fits with this plan; 0 when none does
 	Fits           bool // Needed ≤ Available
@@ -89,14 +103,17 @@ func Evaluate(s Settings, p Plan) (Report, error) {
 		return Report{}, fmt.Errorf("gated: budget: surge must not be negative, not %d", p.Surge)
 	case p.Other < 0:
 		return Report{}, fmt.Errorf("gated: budget: other must not be negative, not %d", p.Other)
-	case p.PerInstance < 1:
+	case p.FleetConns < 0:
+		return Report{}, fmt.Errorf("gated: budget: fleet connections must not be negative, not %d", p.FleetConns)
+	case p.PerInstance < 0 || p.PerInstance == 0 && p.FleetConns == 0:
 		return Report{}, fmt.Errorf("gated: budget: connections per instance must be at least 1, not %d", p.PerInstance)
 	}
 	r := Report{Settings: s, Plan: p, Available: s.Available()}
-	r.Needed = (p.Instances+p.Surge)*p.PerInstance + p.Other
+	fleet := p.FleetConns + p.FleetJoining()
+	r.Needed = (p.Instances+p.Surge)*p.PerInstance + fleet + p.Other
 	r.Headroom = r.Available - r.Needed
 	r.Fits = r.Headroom >= 0
-	r.MaxPerInstance = max((r.Available-p.Other)/(p.Instances+p.Surge), 0)
+	r.MaxPerInstance = max((r.Available-p.Other-fleet)/(p.Instances+p.Surge), 0)
 	return r, nil
 }
 
@@ -107,14 +124,23 @@ func (r Report) String() string {
 	s, p := r.Settings, r.Plan
 	fmt.Fprintf(&b, "available: max_connections %d − superuser_reserved_connections %d − reserved_connections %d = %d\n",
 		s.MaxConnections, s.SuperuserReserved, s.Reserved, r.Available)
-	fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + other %d = %d\n",
-		p.Instances, p.Surge, p.PerInstance, p.Other, r.Needed)
+	if p.FleetConns > 0 {
+		fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + fleet totals %d + joining %d + other %d = %d\n",
+			p.Instances, p.Surge, p.PerInstance, p.FleetConns, p.FleetJoining(), p.Other, r.Needed)
+	} else {
+		fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + other %d = %d\n",
+			p.Instances, p.Surge, p.PerInstance, p.Other, r.Needed)
+	}
 	verdict := "fits"
 	if !r.Fits {
 		verdict = "does NOT fit"
 	}
 	fmt.Fprintf(&b, "headroom:  %d − %d = %d: %s\n", r.Available, r.Needed, r.Headroom, verdict)
-	fmt.Fprintf(&b, "largest P per instance that fits: %d\n", r.MaxPerInstance)
+	if p.FleetConns > 0 {
+		fmt.Fprintf(&b, "largest P per instance that fits beside the fleets: %d\n", r.MaxPerInstance)
+	} else {
+		fmt.Fprintf(&b, "largest P per instance that fits: %d\n", r.MaxPerInstance)
+	}
 	return b.String()
 }
 
@@ -171,7 +197,8 @@ func Check(ctx context.Context, db *sql.DB, plan Plan) (Report, error) {
 }
 
 // PerInstance returns P for gated DSNs: the sum of gate_max_conns (10 where a DSN does not set
-// it) over their pools, each pool counted once: DSNs with the same gate_name share one gate set
+// it) over their pools without gate_fleet=on (those count once, see [FleetConns]), each pool
+// counted once: DSNs with the same gate_name share one gate set
 // and one pool in a process (see [Pools]). Errors are gated.ParseDSN's, which never contain a
 // password, or that DSNs sharing a gate_name give it different gate_max_conns.
 func PerInstance(dsns ...string) (int, error) {
@@ -181,17 +208,36 @@ func PerInstance(dsns ...string) (int, error) {
 	}
 	p := 0
 	for _, pl := range pools {
-		p += pl.MaxConns
+		if !pl.Fleet {
+			p += pl.MaxConns
+		}
 	}
 	return p, nil
+}
+
+// FleetConns returns Plan.FleetConns for gated DSNs: the sum of gate_max_conns over their pools
+// with gate_fleet=on, each the total of its fleet, counted once. Errors are those of [Pools].
+func FleetConns(dsns ...string) (int, error) {
+	pools, err := Pools(dsns...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, pl := range pools {
+		if pl.Fleet {
+			n += pl.MaxConns
+		}
+	}
+	return n, nil
 }
 
 // A Pool is one physical pool of an instance: the pool of one DSN, or the one pool that DSNs
 // with the same gate_name share.
 type Pool struct {
 	Name     string // the gate_name; "" for a DSN without one
-	MaxConns int    // its gate_max_conns, P of this pool
+	MaxConns int    // its gate_max_conns, P of this pool; with Fleet, the total of all the fleet's instances
 	DSNs     int    // how many of the DSNs use it
+	Fleet    bool   // gate_fleet=on: the pool is the instance's share of a fleet's MaxConns
 }
 
 // Pools returns the distinct pools of dsns, in the order each first appears. DSNs with the same
@@ -216,7 +262,7 @@ func Pools(dsns ...string) ([]Pool, error) {
 			}
 			byName[cfg.Name] = len(pools)
 		}
-		pools = append(pools, Pool{Name: cfg.Name, MaxConns: cfg.MaxConns, DSNs: 1}) // ParseDSN applied the default
+		pools = append(pools, Pool{Name: cfg.Name, MaxConns: cfg.MaxConns, DSNs: 1, Fleet: cfg.Fleet}) // ParseDSN applied the default
 	}
 	return pools, nil
 }

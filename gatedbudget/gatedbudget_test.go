@@ -89,3 +89,35 @@ func TestPerInstanceCountsASharedPoolOnce(t *testing.T) {
 		t.Errorf("differing gate_max_conns under one gate_name: %v", err)
 	}
 }
+
+// A pool with gate_fleet=on is the fleet's total, held by all its instances together: it counts
+// once, not per instance, with one connection more for each instance that may be joining.
+func TestAFleetsPoolCountsOnceWithItsJoiningInstances(t *testing.T) {
+	dsns := []string{
+		"postgres://app@db/shop?gate_max_conns=20&gate_fleet=on&gate_name=shop",
+		"postgres://app@db/shop?gate_max_conns=5",
+	}
+	p, err := PerInstance(dsns...)
+	if err != nil || p != 5 {
+		t.Fatalf("PerInstance = %d, %v; want 5 (the pool without gate_fleet=on)", p, err)
+	}
+	f, err := FleetConns(dsns...)
+	if err != nil || f != 20 {
+		t.Fatalf("FleetConns = %d, %v; want 20", f, err)
+	}
+	r, err := Evaluate(Settings{MaxConnections: 100, SuperuserReserved: 3}, Plan{Instances: 6, Surge: 2, Other: 4, PerInstance: p, FleetConns: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (6 + 2) × 5 + 20 + (6 + 2) joining + 4 = 72 of 97.
+	if r.Needed != 72 || !r.Fits || r.MaxPerInstance != (97-4-20-8)/8 {
+		t.Errorf("Needed = %d, Fits = %v, MaxPerInstance = %d; want 72, true, %d\n%s", r.Needed, r.Fits, r.MaxPerInstance, (97-4-20-8)/8, r)
+	}
+	if !strings.Contains(r.String(), "fleet totals 20 + joining 8") {
+		t.Errorf("the report does not show the fleet's term:\n%s", r)
+	}
+	// Only fleet pools: P per instance 0 is a valid plan.
+	if _, err := Evaluate(Settings{MaxConnections: 100}, Plan{Instances: 3, PerInstance: 0, FleetConns: 20}); err != nil {
+		t.Errorf("a plan of fleet pools only: %v", err)
+	}
+}

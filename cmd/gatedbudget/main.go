@@ -99,7 +99,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fail("%v", err)
 	}
-	plan := gatedbudget.Plan{Instances: *instances, Surge: *surge, Other: *other, PerInstance: p}
+	fleetConns, err := gatedbudget.FleetConns(dsns...)
+	if err != nil {
+		return fail("%v", err)
+	}
+	plan := gatedbudget.Plan{Instances: *instances, Surge: *surge, Other: *other, PerInstance: p, FleetConns: fleetConns}
 	if _, err := gatedbudget.Evaluate(gatedbudget.Settings{}, plan); err != nil {
 		return fail("%v", err)
 	}
@@ -191,8 +195,8 @@ func openObserver(dsn string) (*sql.DB, error) {
 
 // printFleets lists, for each DSN with gate_fleet=on, its fleet's members and their declared
 // shares from the fleet table. A fleet's gate_max_conns is the total of all its instances, not
-// each one's: the formula above counts it once per instance, which overstates the fleet's need;
-// the fleet holds the total, plus one connection for each instance that is still joining.
+// each one's: the formula above counts it once, plus one connection for each instance that may
+// be joining (gatedbudget.Plan.FleetConns).
 func printFleets(ctx context.Context, w io.Writer, db *sql.DB, dsns []string) error {
 	seen := map[string]bool{}
 	for _, dsn := range dsns {
