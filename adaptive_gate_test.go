@@ -76,27 +76,25 @@ func TestAutoLoweredLimitTakesNoPermitAndHandsNoneOverUntilWithin(t *testing.T) 
 	}
 }
 
-func TestAutoQueueBoundRefusesAtOnceBeyondOneServiceTime(t *testing.T) {
+func TestAutoQueueBoundRefusesAtOnceBeyondHalfAServiceTime(t *testing.T) {
 	g := newAutoGate(8, 8, 2, time.Minute)
 	g.mu.Lock()
 	g.lim.service = 10 * time.Millisecond
 	g.mu.Unlock()
 	mustAcquire(t, g)
 	mustAcquire(t, g)
-	a := acquireAsync(t, g, context.Background())
-	b := acquireAsync(t, g, context.Background())
-	// Third in line: expected wait 3 × 10ms / 2 > 10ms.
+	a := acquireAsync(t, g, context.Background()) // expected wait 10ms / 2: admitted
+	// Second in line: expected wait 2 × 10ms / 2 > half of 10ms.
 	if _, err := g.acquire(context.Background()); !errors.Is(err, ErrAdmissionTimeout) {
-		t.Fatalf("third waiter: got %v, want ErrAdmissionTimeout at once", err)
+		t.Fatalf("second waiter: got %v, want ErrAdmissionTimeout at once", err)
 	}
-	if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 2 {
+	if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 1 {
 		t.Errorf("stats = %+v", s)
 	}
-	for range 4 {
+	for range 3 {
 		g.release(nil)
 	}
 	<-a
-	<-b
 }
 
 // A gate whose samples show flat service times under pressure climbs to its ceiling, through

@@ -161,9 +161,10 @@ func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
 	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
 }
 
-// queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: one
-// service time, and at least CoDel's target (overloadWait) for fast queries.
-func queueDelay(service time.Duration) time.Duration { return max(service, overloadWait) }
+// queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: half a
+// service time, so that the queue adds less to the latency than the service's own spread, and at
+// least CoDel's target (overloadWait) for fast queries.
+func queueDelay(service time.Duration) time.Duration { return max(service/2, overloadWait) }
 
 // closeWindow derives the next limit from the open window and starts a new one.
 func (a *adaptiveLimit) closeWindow() {

@@ -400,10 +400,10 @@ func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
 		limit, waiting int
 		want           bool
 	}{
-		{10 * time.Millisecond, 2, 1, false}, // second in line: 2 × 10ms / 2 ≤ 10ms
-		{10 * time.Millisecond, 2, 2, true},  // third: 15ms
-		{10 * time.Millisecond, 8, 7, false},
-		{10 * time.Millisecond, 8, 8, true},
+		{10 * time.Millisecond, 2, 0, false}, // first in line: 10ms / 2 ≤ half of 10ms
+		{10 * time.Millisecond, 2, 1, true},  // second: 10ms
+		{10 * time.Millisecond, 8, 3, false},
+		{10 * time.Millisecond, 8, 4, true},
 		{100 * time.Microsecond, 2, 99, false}, // fast queries: CoDel's 5ms is the bound
 		{100 * time.Microsecond, 2, 100, true},
 	} {

@@ -866,7 +866,7 @@ func (b *bench) lendScenario(ctx context.Context, rep *adaptiveReport) error {
 				if err != nil {
 					return err
 				}
-				res.Contender = t.name + ", " + label
+				res.Contender, res.Load = t.name+", "+label, 2
 				sr.Runs[res.Contender] = append(sr.Runs[res.Contender], res)
 				b.printf("lend %s round %d: goodput %.0f/s p99 %v refused %d", res.Contender, r+1, res.Goodput, res.P99, res.Refused)
 			}
