@@ -606,6 +606,21 @@ func meanLimit(s []point1) float64 {
 	return sum / float64(n)
 }
 
+// measureBase measures a scenario's capacity (closed loop on t, plain) and its unloaded p99 for
+// work w, and prints both under the scenario's name.
+func (b *bench) measureBase(ctx context.Context, name string, t *adTarget, w workFn) (float64, time.Duration, error) {
+	capacity, err := b.capacity(ctx, t, w)
+	if err != nil {
+		return 0, 0, err
+	}
+	unl, err := b.unloadedP99(ctx, t, capacity, w)
+	if err != nil {
+		return 0, 0, err
+	}
+	b.printf("%s: capacity %.0f/s, unloaded p99 %v", name, capacity, unl)
+	return capacity, unl, nil
+}
+
 // unloadedP99 measures the p99 of successes of t at 0.1× rate.
 func (b *bench) unloadedP99(ctx context.Context, t *adTarget, rate float64, w workFn) (time.Duration, error) {
 	res, err := b.offer(ctx, t, []phaseLoad{{d: max(b.ac.duration, 3*time.Second), rate: rate / 10, work: w}}, 77, true)
@@ -624,15 +639,10 @@ func (b *bench) cpuScenario(ctx context.Context, rep *adaptiveReport) error {
 	defer closeAll(ts)
 	w := cpuWork(b.ac.cpuRows)
 	plain := ts[len(ts)-2]
-	capacity, err := b.capacity(ctx, plain, w)
+	capacity, unl, err := b.measureBase(ctx, "cpu", plain, w)
 	if err != nil {
 		return err
 	}
-	unl, err := b.unloadedP99(ctx, plain, capacity, w)
-	if err != nil {
-		return err
-	}
-	b.printf("cpu: capacity %.0f/s, unloaded p99 %v", capacity, unl)
 	res, err := b.rounds(ctx, ts, 5, func() []phaseLoad { return []phaseLoad{{d: b.ac.duration, rate: 5 * capacity, work: w}} }, 100, "cpu 5×")
 	if err != nil {
 		return err
@@ -649,15 +659,10 @@ func (b *bench) sleepScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	defer closeAll(ts)
 	plain := ts[len(ts)-2]
-	capacity, err := b.capacity(ctx, plain, sleepWork)
+	capacity, unl, err := b.measureBase(ctx, "sleep", plain, sleepWork)
 	if err != nil {
 		return err
 	}
-	unl, err := b.unloadedP99(ctx, plain, capacity, sleepWork)
-	if err != nil {
-		return err
-	}
-	b.printf("sleep: capacity %.0f/s, unloaded p99 %v", capacity, unl)
 	sr := &scenarioResult{Name: "sleep", Title: "SELECT pg_sleep(0.005)", Capacity: capacity, Unloaded: unl, Runs: map[string][]runResult{}, Order: names(ts)}
 	for li, load := range []float64{1, 5, 10} {
 		res, err := b.rounds(ctx, ts, load, func() []phaseLoad { return []phaseLoad{{d: b.ac.duration, rate: load * capacity, work: sleepWork}} }, 200+uint64(li)*10, fmt.Sprintf("sleep %g×", load))
@@ -689,15 +694,10 @@ func (b *bench) lockScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	defer closeAll(ts)
 	plain := ts[len(ts)-2]
-	capacity, err := b.capacity(ctx, plain, lockWork)
+	capacity, unl, err := b.measureBase(ctx, "lock", plain, lockWork)
 	if err != nil {
 		return err
 	}
-	unl, err := b.unloadedP99(ctx, plain, capacity, lockWork)
-	if err != nil {
-		return err
-	}
-	b.printf("lock: capacity %.0f/s, unloaded p99 %v", capacity, unl)
 	res, err := b.rounds(ctx, ts, 5, func() []phaseLoad { return []phaseLoad{{d: b.ac.duration, rate: 5 * capacity, work: lockWork}} }, 300, "lock 5×")
 	if err != nil {
 		return err
@@ -741,15 +741,10 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	defer closeAll(ts)
 	w := cpuWork(b.ac.cpuRows)
 	plain := ts[len(ts)-2]
-	capacity, err := b.capacity(ctx, plain, w)
+	capacity, unl, err := b.measureBase(ctx, "drop", plain, w)
 	if err != nil {
 		return err
 	}
-	unl, err := b.unloadedP99(ctx, plain, capacity, w)
-	if err != nil {
-		return err
-	}
-	b.printf("drop: capacity %.0f/s, unloaded p99 %v", capacity, unl)
 	phase := 4 * b.ac.duration
 	rate := 3 * capacity
 	phases := func() []phaseLoad {
