@@ -406,6 +406,8 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
 	p.Blackhole(true)
 	waitFor(t, "the partitioned member to fence itself", func() bool { return tb.holds().conns == 0 })
+	// The member records the fence in its stats once its target holds nothing.
+	waitFor(t, "the partitioned member's stats to show the fence", func() bool { return !b.stats().Seated })
 	if st := b.stats(); st.RefreshErrors == 0 || st.Seated {
 		t.Errorf("stats of the partitioned member: %+v", st)
 	}
