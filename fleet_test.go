@@ -282,6 +282,11 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 			t.Errorf("%s holds %v among three, want conns 4, B 3 (beside its lease), Q 6 or 7", tg.name, s)
 		}
 	}
+	// A member records a share change in its stats once its target has made it.
+	waitFor(t, "the first member's stats to show three members", func() bool {
+		st := a.stats()
+		return st.Members == 3 && st.Conns == 4
+	})
 	if st := a.stats(); st.Members != 3 || st.Conns != 4 || !st.Seated || st.TotalConns != 12 {
 		t.Errorf("stats of the first member: %+v", st)
 	}
