@@ -247,7 +247,7 @@ func compareCmd(args []string) (lost bool, err error) {
 	slices.Sort(names)
 	slices.Sort(designed)
 	if len(designed) > 0 {
-		fmt.Printf("%s: gated fails %d test(s) by design (see README.md): %s\n", *suite, len(designed), strings.Join(designed, " "))
+		fmt.Printf("%s: gated fails %d test(s) by design (see conformance/README.md): %s\n", *suite, len(designed), strings.Join(designed, " "))
 	}
 	if len(names) == 0 {
 		fmt.Printf("%s: gated passes every test that passes plain\n", *suite)
