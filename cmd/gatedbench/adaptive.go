@@ -450,11 +450,11 @@ type phaseLoad struct {
 	at func(ctx context.Context, d time.Duration)
 }
 
-// offer runs t through phases of open-loop Poisson arrivals from seed; a warm-up of b.ac.warmup at
+// offer runs t through phases of open-loop Poisson arrivals from stream; a warm-up of b.ac.warmup at
 // the first phase's rate and work precedes the measurement when warm is set.
-func (b *bench) offer(ctx context.Context, t *adTarget, phases []phaseLoad, seed uint64, warm bool) (runResult, error) {
+func (b *bench) offer(ctx context.Context, t *adTarget, phases []phaseLoad, stream uint64, warm bool) (runResult, error) {
 	if warm && b.ac.warmup > 0 {
-		b.arrivals(ctx, t, []phaseLoad{{d: b.ac.warmup, rate: phases[0].rate, work: phases[0].work}}, seed^0x5eed, nil)
+		b.arrivals(ctx, t, []phaseLoad{{d: b.ac.warmup, rate: phases[0].rate, work: phases[0].work}}, stream^0x5eed, nil)
 	}
 	var total time.Duration
 	for _, p := range phases {
@@ -481,7 +481,7 @@ func (b *bench) offer(ctx context.Context, t *adTarget, phases []phaseLoad, seed
 			}
 		}
 	}()
-	arrived := b.arrivals(ctx, t, phases, seed, rec)
+	arrived := b.arrivals(ctx, t, phases, stream, rec)
 	close(stop)
 	swg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -511,8 +511,8 @@ func (b *bench) offer(ctx context.Context, t *adTarget, phases []phaseLoad, seed
 
 // arrivals offers the phases' arrivals to t, records them in rec (when not nil) and returns how
 // many arrived, after the last one ended.
-func (b *bench) arrivals(ctx context.Context, t *adTarget, phases []phaseLoad, seed uint64, rec *recorder) int64 {
-	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+func (b *bench) arrivals(ctx context.Context, t *adTarget, phases []phaseLoad, stream uint64, rec *recorder) int64 {
+	rng := rand.New(rand.NewPCG(stream, 0x9e3779b97f4a7c15))
 	var wg sync.WaitGroup
 	var n int64
 	const maxInflight = 20000
@@ -573,12 +573,12 @@ func (b *bench) arrivals(ctx context.Context, t *adTarget, phases []phaseLoad, s
 
 // rounds runs every contender in ts once per round, in an order that rotates from round to round,
 // and returns the results by contender.
-func (b *bench) rounds(ctx context.Context, ts []*adTarget, load float64, phases func() []phaseLoad, seed uint64, label string) (map[string][]runResult, error) {
+func (b *bench) rounds(ctx context.Context, ts []*adTarget, load float64, phases func() []phaseLoad, stream uint64, label string) (map[string][]runResult, error) {
 	out := map[string][]runResult{}
 	for r := range b.ac.rounds {
 		for i := range ts {
 			t := ts[(i+r)%len(ts)]
-			res, err := b.offer(ctx, t, phases(), seed+uint64(r), true)
+			res, err := b.offer(ctx, t, phases(), stream+uint64(r), true)
 			if err != nil {
 				return nil, err
 			}
