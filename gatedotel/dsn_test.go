@@ -42,18 +42,7 @@ func TestDSNOnlyServiceExportsEveryWorkload(t *testing.T) {
 	for _, drv := range []string{"pgx", "postgres"} {
 		t.Run(drv, func(t *testing.T) {
 			db, c := obstest.OpenDSN(t, obstest.PGDSN(t, drv, "gate_max_conns=4&gate_concurrent=2&gate_queue=8&gate_queue_wait=5s&gate_workloads=batch:1:3:5s"))
-			reader := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			t.Cleanup(func() { mp.Shutdown(context.Background()) })
-			obs, err := NewObserver(WithMeterProvider(mp), WithPoolName("shop"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg, err := obs.Register(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reg.Unregister()
+			reader := register(t, c)
 
 			refused := obstest.Load(t, db, 60)
 			waitFor(t, "every gate quiet", func() bool { return obstest.Quiet(c) })
@@ -200,18 +189,10 @@ func TestTraceEventsOnTheOperationsSpan(t *testing.T) {
 // TestNoSpanNoAllocation: an Observer registered on a Connector adds no allocation per
 // operation when the context has no span, and none per event.
 func TestNoSpanNoAllocation(t *testing.T) {
-	allocs := func(register bool) float64 {
+	allocs := func(attached bool) float64 {
 		db, c, _ := obstest.OpenFake(t, "gate_max_conns=2", nil)
-		if register {
-			obs, err := NewObserver(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg, err := obs.Register(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { reg.Unregister() })
+		if attached {
+			register(t, c)
 		}
 		ctx := context.Background()
 		var v int
