@@ -108,6 +108,9 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		return nil, waitError(err)
 	}
 	g.mu.Lock()
+	if g.lim != nil {
+		g.lim.arrived()
+	}
 	switch {
 	case g.closed:
 		g.canceled++

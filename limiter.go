@@ -63,6 +63,7 @@ type limitAlgorithm interface {
 // windowStats is what one window measured.
 type windowStats struct {
 	rtt      time.Duration // median hold time of service samples (OK and overload), averaged over windows
+	raw      time.Duration // this window's median alone
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
 	inflight float64       // mean running operations at the samples
 	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
@@ -74,14 +75,19 @@ type windowStats struct {
 // Tuning of the limiter. A window closes after windowMin and windowSamples service samples; the
 // gradient algorithm keeps the median hold time within gradientTolerance of the baseline.
 const (
-	windowMin          = 200 * time.Millisecond
-	windowSamples      = 16
-	gradientTolerance  = 1.5
-	overloadShare      = 0.1 // share of a window's samples ended by overload that lowers the limit
-	overloadBackoff    = 0.9 // factor applied to the limit then
-	smoothing          = 4   // the algorithm sees the window medians' moving average, each window weighing 1/smoothing
-	limitedShare       = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
-	baselineDriftShare = 8   // a slower no-load measurement moves the baseline by 1/baselineDriftShare of the difference per window
+	windowMin         = 200 * time.Millisecond
+	windowSamples     = 16
+	gradientTolerance = 1.5
+	overloadShare     = 0.1 // share of a window's samples ended by overload that lowers the limit
+	overloadBackoff   = 0.9 // factor applied to the limit then
+	smoothing         = 4   // the algorithm sees the window medians' moving average, each window weighing 1/smoothing
+	limitedShare      = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
+	// baselineDrift is the time constant with which slower no-load measurements move the
+	// baseline (a heavier query mix, a slower server).
+	baselineDrift = 2 * time.Second
+	// sustainedOverload: a window in which this many times more operations arrived than ended
+	// is sustained overload, where a queue only adds delay (see queueTooLong).
+	sustainedOverload = 2
 )
 
 // adaptiveLimit is the state of one gate's gate_concurrent=auto. It is guarded by the gate's mutex.
@@ -98,10 +104,13 @@ type adaptiveLimit struct {
 	failed   int
 	sumRun   int64
 	limited  int // samples that found demand at the limit
+	arrivals int // operations that asked the gate for a permit
 
-	base     baseline
-	service  time.Duration // the last window's median hold time, 0 before the first
-	smoothed time.Duration // the window medians' moving average (smoothing): what the algorithm sees
+	base      baseline
+	service   time.Duration // the last window's median hold time, 0 before the first
+	smoothed  time.Duration // the window medians' moving average (smoothing): what the algorithm sees
+	prevRaw   time.Duration // the window median before the last
+	sustained bool          // the last window was in sustained overload
 }
 
 func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
@@ -146,7 +155,7 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
 		return false
 	}
-	a.closeWindow()
+	a.closeWindow(now - a.start)
 	return true
 }
 
@@ -154,9 +163,16 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 // than queueDelay allows while limit operations run: each release serves one waiter, about every
 // service/limit. So the queue stays short at a low limit and long service times, where a fixed
 // Q of waiters would wait many service times, while Q remains the cap on waiters.
+//
+// In sustained overload (sustainedOverload times more arrivals than the gate serves) one waiter
+// is enough: it takes the next permit that frees, and arrivals replace it before the one after.
+// More only add their wait to the latency, and refusing them at once tells their callers sooner.
 func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
 	if a.service <= 0 {
 		return false
+	}
+	if a.sustained && waiting > 0 {
+		return true
 	}
 	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
 }
@@ -166,23 +182,31 @@ func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
 // least CoDel's target (overloadWait) for fast queries.
 func queueDelay(service time.Duration) time.Duration { return max(service/2, overloadWait) }
 
-// closeWindow derives the next limit from the open window and starts a new one.
-func (a *adaptiveLimit) closeWindow() {
+// arrived counts an operation asking for a permit.
+func (a *adaptiveLimit) arrived() { a.arrivals++ }
+
+// closeWindow derives the next limit from the open window, which lasted d, and starts a new one.
+func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	n := a.ok + a.overload + a.failed
 	w := windowStats{
 		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited*limitedShare >= n,
 		ok: a.ok, overload: a.overload, failed: a.failed,
 	}
-	a.base.update(w.rtt, w.inflight)
+	w.raw = w.rtt
+	a.sustained = a.arrivals >= sustainedOverload*n
+	a.base.update(w.rtt, w.inflight, d)
 	w.base = a.base.value
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
-	// a quarter as far; a real change, which lasts, most of the way within a few windows.
+	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
+	// windows in a row above the average are no spike: the slower of them counts at once.
 	if a.smoothed == 0 {
 		a.smoothed = w.rtt
 	}
 	a.smoothed += (w.rtt - a.smoothed) / smoothing
-	w.rtt = max(a.smoothed, w.base)
+	lasting := min(w.raw, a.prevRaw)
+	a.prevRaw = w.raw
+	w.rtt = max(a.smoothed, lasting, w.base)
 	switch {
 	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):
 		// Timeouts and load refusals: back off, and never let them raise the limit, however
@@ -195,47 +219,67 @@ func (a *adaptiveLimit) closeWindow() {
 	}
 	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
 	a.hist.reset()
-	a.ok, a.overload, a.failed, a.sumRun, a.limited = 0, 0, 0, 0, 0
+	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.arrivals = 0, 0, 0, 0, 0, 0
 }
 
 // A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
 // never becomes it (a window median needs half a window's samples). It rises only on evidence
-// measured at no more concurrency than the baseline was, and then slowly: the database itself
-// became slower (another query mix, a shared or degraded server), not our load on it. During an
-// incident the limit falls first, and the baseline follows only once the limit has fallen to
-// where it was measured, so it cannot drift up and stop the limit from falling.
+// measured at no more concurrency than the baseline was, and then slowly (baselineDrift): the
+// database itself became slower (another query mix, a shared or degraded server), not our load
+// on it. During an incident the limit falls first, and the baseline follows only once the limit
+// has fallen to where it was measured, so it cannot drift up and stop the limit from falling.
 type baseline struct {
 	value    time.Duration // 0 before the first window
 	inflight float64       // mean running operations of the window that measured it
 }
 
-func (b *baseline) update(rtt time.Duration, inflight float64) {
+// update takes the median rtt of a window that lasted d with inflight operations running on
+// average.
+func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration) {
 	switch {
 	case b.value == 0 || rtt <= b.value:
 		b.value, b.inflight = rtt, inflight
 	case inflight <= b.inflight+0.5:
-		b.value += (rtt - b.value) / baselineDriftShare
+		b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineDrift)))
 		b.inflight = min(b.inflight, inflight)
 	}
 }
 
 // gradientLimit is a gradient limiter in the manner of Netflix's Gradient2, with the growth
 // rule replaced: the limit falls by half of how far the median hold time exceeds the tolerance,
-// gradientTolerance × baseline (at least latencySlack above it), and rises, only while demand presses on it, by the largest step
-// that keeps the hold time within tolerance even if it grew in proportion to the concurrency
-// (the worst case, a CPU-bound server past its cores). So it neither creeps up at a steady
-// gradient nor oscillates around the knee, and on a server whose latency stays flat it climbs to
-// the ceiling in a few windows. Where that projection forbids even one more permit but the hold
-// time shows no queueing at all (within gradientFlat of the baseline, as at a limit of 1), it
-// rises by one, except back to a limit it had to leave within the last gradientMemory windows.
+// gradientTolerance × baseline (at least latencySlack above it), and rises, only while demand
+// presses on it, by the largest step that keeps the hold time within tolerance even if it grew
+// in proportion to the concurrency (the worst case, a CPU-bound server past its cores). So it
+// neither creeps up at a steady gradient nor oscillates around the knee, and on a server whose
+// latency stays flat it climbs to the ceiling in a few windows. Where that projection forbids
+// even one more permit but the hold time shows no queueing at all (within gradientFlat of the
+// baseline, as at a limit of 1), it rises by one.
+//
+// A limit it had to leave is the knee. A rise is a probe: if the very next window's own median
+// is not clearly within the tolerance (gradientProbeMargin of it), the limit goes straight back (a probe costs one window, not the several
+// the moving average needs to notice), and it does not rise to the knee again for
+// gradientMemory windows, twice that after each probe that failed in a row (up to
+// gradientMemoryMax), so that under steady load it stays where it is. The knee is forgotten at
+// once when the hold time falls below gradientRecovered of what it was at the knee's limit less
+// one: the server has more room again (another tenant's load ended).
 type gradientLimit struct {
-	knee   float64 // the limit last lowered from, 0 when none is remembered
-	memory int     // windows left before knee is forgotten
+	knee     float64       // the limit last lowered from, 0 when none is remembered
+	memory   int           // windows left before knee is forgotten
+	fails    int           // probes to the knee that failed in a row
+	kneeRTT  time.Duration // the hold time when the knee was found
+	probed   float64       // the limit before the last window's rise, 0 when it did not rise
+	probeRTT time.Duration
 }
 
 const (
-	gradientFlat   = 1.2
-	gradientMemory = 5
+	gradientFlat      = 1.2
+	gradientMemory    = 5
+	gradientMemoryMax = 80
+	gradientRecovered = 0.8
+	// gradientProbeMargin: a rise must leave this much of the tolerance unused to stay, so that
+	// between two limits that serve alike (past the knee, where only the latency grows) the
+	// lower one wins instead of a walk between them.
+	gradientProbeMargin = 0.9
 	// latencySlack is the least hold time the tolerance allows above the baseline: for fast
 	// queries (SELECT 1 takes 50 µs here) the client's own CPU makes the hold time grow with
 	// the concurrency long before the database is saturated, and throughput still grows with
@@ -254,21 +298,49 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	cur := max(1, math.Round(limit))
 	rtt, base := float64(w.rtt), float64(w.base)
 	tol := max(gradientTolerance*base, base+float64(latencySlack))
+	probed := a.probed
+	a.probed = 0
+	if probed > 0 && float64(w.raw) > gradientProbeMargin*tol {
+		// The probe failed: back at once, and wait longer before the next one.
+		a.fails++
+		a.setKnee(cur, a.probeRTT)
+		return probed
+	}
+	if probed > 0 {
+		a.fails = 0
+	}
 	if rtt > tol {
-		a.knee, a.memory = cur, gradientMemory
+		a.setKnee(cur, w.rtt)
 		return limit * max(0.5, (1+tol/rtt)/2)
+	}
+	if a.knee > 0 && w.rtt < time.Duration(gradientRecovered*float64(a.kneeRTT)) {
+		a.knee, a.memory, a.fails = 0, 0, 0
 	}
 	if !w.limited {
 		return limit
 	}
+	next := cur
 	// rtt × (cur+step)/cur ≤ tol.
 	if step := math.Floor(cur * (tol/rtt - 1)); step >= 1 {
-		return cur + step
+		next = cur + step
+	} else if rtt <= gradientFlat*base {
+		next = cur + 1
 	}
-	if rtt <= gradientFlat*base && (a.knee == 0 || cur+1 < a.knee) {
-		return cur + 1
+	if a.knee > 0 {
+		next = min(next, a.knee-1)
 	}
-	return limit
+	if next <= cur {
+		return limit
+	}
+	a.probed, a.probeRTT = cur, w.rtt
+	return next
+}
+
+// setKnee remembers that the limit had to leave knee when the hold time at the limit below it was
+// rtt (or, when it fell without a probe, at knee itself).
+func (a *gradientLimit) setKnee(knee float64, rtt time.Duration) {
+	a.knee, a.kneeRTT = knee, rtt
+	a.memory = min(gradientMemory<<min(a.fails, 8), gradientMemoryMax)
 }
 
 // vegasLimit is TCP Vegas's rule as Netflix's VegasLimit applies it: the operations queued in

@@ -398,18 +398,44 @@ func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
 	for _, c := range []struct {
 		service        time.Duration
 		limit, waiting int
+		sustained      bool
 		want           bool
 	}{
-		{10 * time.Millisecond, 2, 0, false}, // first in line: 10ms / 2 ≤ half of 10ms
-		{10 * time.Millisecond, 2, 1, true},  // second: 10ms
-		{10 * time.Millisecond, 8, 3, false},
-		{10 * time.Millisecond, 8, 4, true},
-		{100 * time.Microsecond, 2, 99, false}, // fast queries: CoDel's 5ms is the bound
-		{100 * time.Microsecond, 2, 100, true},
+		{10 * time.Millisecond, 2, 0, false, false}, // first in line: 10ms / 2 ≤ half of 10ms
+		{10 * time.Millisecond, 2, 1, false, true},  // second: 10ms
+		{10 * time.Millisecond, 8, 3, false, false},
+		{10 * time.Millisecond, 8, 4, false, true},
+		{100 * time.Microsecond, 2, 99, false, false}, // fast queries: CoDel's 5ms is the bound
+		{100 * time.Microsecond, 2, 100, false, true},
+		// Sustained overload: one waiter at most, and none beyond the usual bound.
+		{10 * time.Millisecond, 2, 0, true, false},
+		{10 * time.Millisecond, 8, 1, true, true},
+		{100 * time.Microsecond, 2, 1, true, true},
+		{10 * time.Millisecond, 1, 0, true, true},
 	} {
-		a.service = c.service
+		a.service, a.sustained = c.service, c.sustained
 		if got := a.queueTooLong(c.waiting, c.limit); got != c.want {
-			t.Errorf("service %v, limit %d, %d waiting: queueTooLong = %v, want %v", c.service, c.limit, c.waiting, got, c.want)
+			t.Errorf("service %v, limit %d, %d waiting, sustained %v: queueTooLong = %v, want %v", c.service, c.limit, c.waiting, c.sustained, got, c.want)
+		}
+	}
+}
+
+func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
+	for _, c := range []struct {
+		perEnd int // arrivals per operation that ends
+		want   bool
+	}{{1, false}, {2, true}, {5, true}} {
+		a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+		now := time.Duration(0)
+		for range 2 * windowSamples {
+			for range c.perEnd {
+				a.arrived()
+			}
+			now += windowMin / windowSamples
+			a.observe(now, time.Millisecond, outcomeOK, 1, 0)
+		}
+		if a.sustained != c.want {
+			t.Errorf("%d arrivals per ended operation: sustained = %v, want %v", c.perEnd, a.sustained, c.want)
 		}
 	}
 }

@@ -58,6 +58,8 @@ type adaptiveConfig struct {
 	cpuRows   int
 	auto      string // the value of gate_concurrent for the auto contender
 	compete   int    // drop: competing CPU-bound sessions
+
+	overheadRun time.Duration // overhead: measured time of one closed-loop run
 }
 
 var adaptiveScenarios = []string{"cpu", "sleep", "lock", "drop", "fail", "lend", "overhead", "steady"}
@@ -77,6 +79,7 @@ func runAdaptiveCmd(args []string, out, log io.Writer) int {
 	fs.IntVar(&ac.rounds, "rounds", ac.rounds, "interleaved rounds per scenario")
 	fs.DurationVar(&ac.steady, "steady", ac.steady, "length of the steady scenario")
 	fs.StringVar(&ac.auto, "auto", ac.auto, "gate_concurrent of the auto contender")
+	fs.DurationVar(&ac.overheadRun, "overhead-run", 2*time.Second, "overhead: measured time of one closed-loop run")
 	fs.IntVar(&ac.compete, "compete", runtime.NumCPU(), "drop: competing CPU-bound sessions on the server (default: as many as this machine's CPUs, which the server shares here)")
 	scen := fs.String("scenarios", strings.Join(adaptiveScenarios[:len(adaptiveScenarios)-1], ","), "scenarios: "+strings.Join(adaptiveScenarios, ","))
 	if err := fs.Parse(args); err != nil {
@@ -586,9 +589,38 @@ func (b *bench) rounds(ctx context.Context, ts []*adTarget, load float64, phases
 			out[t.name] = append(out[t.name], res)
 			b.printf("%s round %d %s: goodput %.0f/s p99 %v refused %d deadline %d other %d limit %.1f %s",
 				label, r+1, t.name, res.Goodput, res.P99.Round(10*time.Microsecond), res.Refused, res.Deadline, res.Other, meanLimit(res.Series), res.FirstOther)
+			if err := b.quiesce(ctx, t); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
+}
+
+// quiesce waits until the server runs nothing more of t: a contender whose callers gave up
+// mid-transaction may leave backends that still hold the hot row's lock or the CPU for a while,
+// and the next contender must not pay for them.
+func (b *bench) quiesce(ctx context.Context, t *adTarget) error {
+	conn, err := pgx.Connect(ctx, b.ac.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var busy int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", t.app).Scan(&busy); err != nil {
+			return err
+		}
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			b.printf("%s: %d backends still busy 10s after its run", t.name, busy)
+			return nil
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
 }
 
 func meanLimit(s []point1) float64 {
@@ -734,7 +766,8 @@ func (b *bench) competingLoad(n int) func(ctx context.Context, d time.Duration) 
 }
 
 func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
-	ts, err := b.openSet([]int{b.ac.P}, true)
+	// B=1 as well: the latency floor of the slowed server, which no limit goes below.
+	ts, err := b.openSet([]int{1, b.ac.P}, true)
 	if err != nil {
 		return err
 	}
@@ -750,7 +783,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	phases := func() []phaseLoad {
 		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.compete)}, {d: phase, rate: rate, work: w}}
 	}
-	keep := []*adTarget{ts[0], ts[1], ts[3]} // B=P, auto, peer
+	keep := []*adTarget{ts[0], ts[1], ts[2], ts[4]} // B=1, B=P, auto, peer
 	saved := b.ac.rounds
 	b.ac.rounds = max(1, saved/2)
 	res, err := b.rounds(ctx, keep, 3, phases, 400, "drop 3×")
@@ -796,8 +829,15 @@ func (b *bench) steadyScenario(ctx context.Context, rep *adaptiveReport) error {
 		return err
 	}
 	defer t.close()
+	plain, err := b.openPlainTarget()
+	if err != nil {
+		return err
+	}
+	defer plain.close()
 	w := cpuWork(b.ac.cpuRows)
-	capacity, err := b.capacity(ctx, t, w)
+	// Plain's, as in the other scenarios: auto starts at its minimum, so a closed loop on it
+	// would measure its climb, not the server.
+	capacity, err := b.capacity(ctx, plain, w)
 	if err != nil {
 		return err
 	}
@@ -902,12 +942,15 @@ func (b *bench) overheadScenario(ctx context.Context, rep *adaptiveReport) error
 	for _, g := range []int{1, 32} {
 		var ratios []float64
 		var fops, aops []float64
+		var lims [2]limitMean
 		for r := range 2 * b.ac.rounds {
 			var ops [2]float64
 			for i := range 2 {
 				t := []*adTarget{fixed, auto}[(i+r)%2]
 				workers := make([]workerState, g)
-				lr, err := closedLoop(ctx, func(ctx context.Context, _ int) error { return t.do(ctx, sel) }, workers, 200*time.Millisecond, 500*time.Millisecond)
+				stop := b.limitSampler(t, &lims[(i+r)%2])
+				lr, err := closedLoop(ctx, func(ctx context.Context, _ int) error { return t.do(ctx, sel) }, workers, 200*time.Millisecond, b.ac.overheadRun)
+				stop()
 				if err != nil {
 					return err
 				}
@@ -916,11 +959,49 @@ func (b *bench) overheadScenario(ctx context.Context, rep *adaptiveReport) error
 			fops, aops = append(fops, ops[0]), append(aops, ops[1])
 			ratios = append(ratios, ops[0]/ops[1])
 		}
-		or.Rows = append(or.Rows, overheadRow{Goroutines: g, Fixed: statOf(fops), Auto: statOf(aops), Ratio: statOf(ratios)})
-		b.printf("overhead %d goroutines: auto/fixed time per op %v", g, statOf(ratios))
+		or.Rows = append(or.Rows, overheadRow{Goroutines: g, Fixed: statOf(fops), Auto: statOf(aops), Ratio: statOf(ratios), AutoLimit: lims[1].mean(), AutoLimitMin: lims[1].min})
+		b.printf("overhead %d goroutines: auto/fixed time per op %v; auto's limit mean %.2f, lowest %d", g, statOf(ratios), lims[1].mean(), lims[1].min)
 	}
 	rep.overhead = or
 	return nil
+}
+
+// A limitMean accumulates samples of a contender's limit.
+type limitMean struct {
+	sum, n int
+	min    int
+}
+
+func (m *limitMean) mean() float64 {
+	if m.n == 0 {
+		return 0
+	}
+	return float64(m.sum) / float64(m.n)
+}
+
+// limitSampler samples t's limit every millisecond into m until the returned stop is called.
+func (b *bench) limitSampler(t *adTarget, m *limitMean) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				l := t.limit()
+				if m.n == 0 || l < m.min {
+					m.min = l
+				}
+				m.sum, m.n = m.sum+l, m.n+1
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 func names(ts []*adTarget) []string {
