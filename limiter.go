@@ -304,14 +304,18 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		// The probe failed: back at once, and wait longer before the next one.
 		a.fails++
 		a.setKnee(cur, a.probeRTT)
-		return probed
+		// Never above the limit in force: a window of timeouts may have lowered it since.
+		return min(probed, limit)
 	}
 	if probed > 0 {
 		a.fails = 0
 	}
 	if rtt > tol {
-		a.setKnee(cur, w.rtt)
-		return limit * max(0.5, (1+tol/rtt)/2)
+		next := limit * max(0.5, (1+tol/rtt)/2)
+		// The hold time the lower limit should show if the server is saturated: only one
+		// clearly below that says it has room again.
+		a.setKnee(cur, time.Duration(float64(w.rtt)*next/limit))
+		return next
 	}
 	if a.knee > 0 && w.rtt < time.Duration(gradientRecovered*float64(a.kneeRTT)) {
 		a.knee, a.memory, a.fails = 0, 0, 0
@@ -336,8 +340,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	return next
 }
 
-// setKnee remembers that the limit had to leave knee when the hold time at the limit below it was
-// rtt (or, when it fell without a probe, at knee itself).
+// setKnee remembers that the limit had to leave knee, and rtt, the hold time below it then.
 func (a *gradientLimit) setKnee(knee float64, rtt time.Duration) {
 	a.knee, a.kneeRTT = knee, rtt
 	a.memory = min(gradientMemory<<min(a.fails, 8), gradientMemoryMax)

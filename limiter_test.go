@@ -439,3 +439,19 @@ func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiterFailedProbeNeverRaisesALimitLoweredMeanwhile(t *testing.T) {
+	g := new(gradientLimit)
+	base := 10 * time.Millisecond
+	// No queueing at a limit of 4 with demand at it: a probe upwards.
+	up := g.next(4, &windowStats{rtt: base, raw: base, base: base, limited: true, ok: 100})
+	if up <= 4 {
+		t.Fatalf("no probe from 4 with the hold time at the baseline: %v", up)
+	}
+	// A window of timeouts lowered the limit (closeWindow's overload branch) below where the
+	// probe began; then the probe's result comes in, past the tolerance.
+	slow := 3 * base
+	if got := g.next(3.6, &windowStats{rtt: slow, raw: slow, base: base, limited: true, ok: 100}); got > 3.6 {
+		t.Errorf("the failed probe raised the limit from 3.6 to %v", got)
+	}
+}
