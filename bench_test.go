@@ -66,17 +66,25 @@ func BenchmarkPermits(b *testing.B) {
 }
 
 // BenchmarkBindUnbind measures one virtual connection binding and unbinding on the fake driver:
-// the wrapper's fixed cost per operation, without database/sql.
+// the wrapper's fixed cost per operation, without database/sql; with a fixed B and with
+// gate_concurrent=auto, whose limiter takes a sample at every unbind.
 func BenchmarkBindUnbind(b *testing.B) {
-	_, c, _ := openFake(b, "gate_max_conns=1")
-	cn := &conn{c: c}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := cn.bind(ctx); err != nil {
-			b.Fatal(err)
-		}
-		cn.unbind()
+	for _, tc := range []struct{ name, dsn string }{
+		{"fixed", "gate_max_conns=1"},
+		{"auto", "gate_max_conns=1 gate_concurrent=auto"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			_, c, _ := openFake(b, tc.dsn)
+			cn := &conn{c: c}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := cn.bind(ctx); err != nil {
+					b.Fatal(err)
+				}
+				cn.unbind()
+			}
+		})
 	}
 }
 
