@@ -256,12 +256,13 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration) 
 // baseline, as at a limit of 1), it rises by one.
 //
 // A limit it had to leave is the knee. A rise is a probe: if the very next window's own median
-// is not clearly within the tolerance (gradientProbeMargin of it), the limit goes straight back (a probe costs one window, not the several
-// the moving average needs to notice), and it does not rise to the knee again for
-// gradientMemory windows, twice that after each probe that failed in a row (up to
-// gradientMemoryMax), so that under steady load it stays where it is. The knee is forgotten at
-// once when the hold time falls below gradientRecovered of what it was at the knee's limit less
-// one: the server has more room again (another tenant's load ended).
+// is not clearly within the tolerance (gradientProbeMargin of it), the limit goes straight back
+// (a probe costs one window, not the several the moving average needs to notice), and it does
+// not rise to the knee again for gradientMemory windows, twice that after each probe that failed
+// in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The knee is
+// forgotten at once when the hold time below it falls under gradientRecovered of what it was (or,
+// after a fall, of what it should have become): the server has room again (another tenant's
+// load ended).
 type gradientLimit struct {
 	knee     float64       // the limit last lowered from, 0 when none is remembered
 	memory   int           // windows left before knee is forgotten
