@@ -424,7 +424,7 @@ func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
 	for _, c := range []struct {
 		perEnd int // arrivals per operation that ends
 		want   bool
-	}{{1, false}, {2, true}, {5, true}} {
+	}{{1, false}, {3, false}, {4, true}, {10, true}} {
 		a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
 		now := time.Duration(0)
 		for range 2 * windowSamples {
