@@ -100,9 +100,10 @@ func TestFleetOfProcessesHoldsTheBudget(t *testing.T) {
 	victim := f.live()[0]
 	killed := time.Now()
 	f.kill(victim)
-	d := f.waitFair("kill -9")
-	t.Logf("%-40s every instance at its fair share after %v (TTL %v)", "kill -9 of one of 2", d.Round(10*time.Millisecond), fleetTTL)
-	if reclaimed := time.Since(killed); reclaimed > fleetTTL+2*fleetRefresh {
+	f.waitFair("kill -9")
+	reclaimed := time.Since(killed)
+	t.Logf("%-40s the killed instance's share reclaimed %v after the kill (TTL %v)", "kill -9 of one of 2", reclaimed.Round(time.Millisecond), fleetTTL)
+	if reclaimed > fleetTTL+fleetRefresh {
 		t.Errorf("the killed instance's share came back %v after the kill, more than its TTL %v and a refresh", reclaimed, fleetTTL)
 	}
 	stopSampling()
