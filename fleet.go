@@ -62,6 +62,12 @@ const fenceAfter = 2.0 / 3
 // for, so that a newcomer gets its seat soon after the others made room.
 const pendingRefreshDiv = 4
 
+// lapseMargin is how long after another member's lease expires, by the database's clock as the
+// last refresh read it, a member refreshes to take its share over: room for the two clocks to
+// drift apart over a TTL. A refresh sent too early finds the lease live and is sent again at its
+// expiry.
+const lapseMargin = 10 * time.Millisecond
+
 // A fleetMember is the membership of one gate set in its fleet.
 type fleetMember struct {
 	cfg    fleetConfig
@@ -81,6 +87,14 @@ type fleetMember struct {
 	validUntil time.Time // monotonic: until when our lease is certainly counted
 	schemaOK   bool
 	lastTarget share // the fair share computed from the last refresh; valid when joined
+	// When the last refresh saw leases of others that only their TTL keeps counted (their lock
+	// is gone: a crashed instance), lapseAt is when the earliest expires, plus lapseMargin: the
+	// next refresh is sent then if that comes before the regular one. afterLive and afterTarget
+	// are the others expected live once it has expired and the fair share in that fleet, which
+	// the refresh asks for should the fleet be that (afterLive nil: no expectation).
+	lapseAt     time.Time
+	afterLive   []int
+	afterTarget share
 	// The backend of the lease connection last refreshed on, and of the one before it while the
 	// current connection has not refreshed yet: the server may still hold that one open.
 	leasePID   int64
@@ -140,11 +154,24 @@ func (m *fleetMember) run() {
 }
 
 // step is one turn of the loop: fence if the lease may have lapsed, refresh, grow into a grant,
-// shrink towards the fair share. It returns how long to wait before the next turn.
+// shrink towards the fair share. It returns how long to wait before the next turn: the turn's
+// own wait, or less when another lease is to expire sooner.
 func (m *fleetMember) step() time.Duration {
 	if m.beforeStep != nil {
 		m.beforeStep()
 	}
+	wait := m.turn()
+	if !m.lapseAt.IsZero() {
+		wait = min(wait, max(time.Until(m.lapseAt), 0))
+	}
+	return wait
+}
+
+// turn is step's work.
+func (m *fleetMember) turn() time.Duration {
+	// Set again by a refresh that succeeds: what a refresh saw is stale once one failed.
+	afterLive := m.afterLive
+	m.lapseAt, m.afterLive = time.Time{}, nil
 	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.validUntil) {
 		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)))
 	}
@@ -178,12 +205,16 @@ func (m *fleetMember) step() time.Duration {
 		have: m.have, want: m.want(), totals: m.cfg.totals, info: m.cfg.info,
 		prevPID: m.prevPID, prevStart: m.prevStart,
 	}
+	if m.joined && afterLive != nil {
+		req.afterLive, req.afterWant = afterLive, m.have.join(m.afterTarget)
+	}
 	sent := time.Now()
 	v, err := refresh(ctx, m.conn, m.cfg.table, req)
 	if err != nil {
 		m.failed("refreshing the lease", err)
 		return m.retryWait()
 	}
+	m.expectLapse(v, time.Now())
 	m.lastErr = ""
 	m.leasePID, m.leaseStart, m.prevPID, m.prevStart = v.pid, v.start, 0, time.Time{}
 	if !v.mine {
@@ -226,6 +257,32 @@ func (m *fleetMember) step() time.Duration {
 		return m.cfg.refresh / pendingRefreshDiv
 	}
 	return m.cfg.refresh
+}
+
+// expectLapse looks in v, which a refresh received at got, for leases of others that only their
+// TTL keeps counted, and prepares the refresh at the earliest one's expiry: when to send it, and
+// what to ask for in the fleet without those leases, so that the refresh that finds them expired
+// also takes the room they free. Nothing when v does not count the member.
+func (m *fleetMember) expectLapse(v *fleetView, got time.Time) {
+	m.lapseAt, m.afterLive = time.Time{}, nil
+	if !v.mine {
+		return
+	}
+	first, ok := time.Duration(0), false
+	for _, r := range v.rows {
+		if r.lapses() && (!ok || r.left < first) {
+			first, ok = r.left, true
+		}
+	}
+	if !ok {
+		return
+	}
+	// The database read its clock before it answered: its lease expires at got+first or sooner.
+	m.lapseAt = got.Add(first + lapseMargin)
+	after := v.without(func(r *fleetRow) bool { return r.lapses() && r.left <= first })
+	n, rank, totals := after.rank(m.cfg.totals)
+	m.afterTarget = targetShare(totals, n, rank)
+	m.afterLive = after.others()
 }
 
 // want is what the member asks for: its fair share from the last refresh where that is more

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -36,6 +37,14 @@ import (
 // the others may have counted its share as free, its member must join again from nothing. The
 // first refresh on a new lease connection terminates the member's previous lease backend if the
 // server still holds it open (a flow the network dropped).
+//
+// The refresh reports every row with how long its lease has left by the database's clock and
+// whether its lock is held, so that a member sees a crashed member's lease (no lock, not yet
+// expired) and refreshes when it expires. A member that expects such an expiry sends the others
+// it expects live and what it wants in that fleet, which the function asks for instead of the
+// usual want when the others live at its clock are exactly those: the refresh that finds the
+// lease expired also grants the room it frees, under the same lock and from the same
+// declarations as any grant.
 
 // defaultFleetTable is gate_fleet_table's default.
 const defaultFleetTable = "gated_fleet"
@@ -83,15 +92,17 @@ CREATE OR REPLACE FUNCTION %[1]s_refresh(
 	f text, k int, m int, joining boolean, ttl interval, skew interval,
 	have_c int, have_b int[], have_q int[],
 	want_c int, want_b int[], want_q int[],
-	tot_c int, tot_b int[], tot_q int[], note text, prev_pid int, prev_start timestamptz)
+	tot_c int, tot_b int[], tot_q int[], note text, prev_pid int, prev_start timestamptz,
+	after_live int[], after_c int, after_b int[], after_q int[])
 RETURNS TABLE(r_member int, r_joined timestamptz, r_live boolean, r_conns int, r_concurrent text, r_queue text,
 	r_total_conns int, r_total_concurrent text, r_total_queue text, r_info text, r_mine boolean,
-	r_pid int, r_start timestamptz)
+	r_pid int, r_start timestamptz, r_left double precision, r_locked boolean)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
 	t timestamptz := clock_timestamp() + skew;
 	n int;
 	locked boolean;
+	held oid[];
 	grant_c int;
 	grant_b int[] := have_b;
 	grant_q int[] := have_q;
@@ -106,8 +117,11 @@ BEGIN
 		PERFORM pg_terminate_backend(a.pid) FROM pg_stat_activity a
 			WHERE a.pid = prev_pid AND a.backend_start = prev_start AND a.usename = current_user;
 	END IF;
-	SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-		AND l.pid = pg_backend_pid() AND l.classid = k::oid AND l.objid = m::oid) INTO locked;
+	-- The members whose lease connection holds their lock, this one's among them or not.
+	SELECT coalesce(array_agg(l.objid), '{}'), coalesce(bool_or(l.pid = pg_backend_pid() AND l.objid = m::oid), false)
+		INTO held, locked
+		FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = k::oid
+		AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
 	IF joining THEN
 		-- A member id is the joiner's only if it holds its lock; the row of a dead member (expired,
 		-- its lock free since the joiner holds it now) is taken over.
@@ -140,9 +154,20 @@ BEGIN
 		RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
 			array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
 			array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, false,
-			pg_backend_pid(), me_start
+			pg_backend_pid(), me_start, extract(epoch FROM r.expires - t)::float8, r.member::oid = ANY (held)
 			FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
 		RETURN;
+	END IF;
+	-- A member that expects other leases to have expired by now names the others it expects live
+	-- and what it wants in that fleet: when the fleet is that, it asks for that, so that the
+	-- refresh that finds a lease expired also grants the room the lease frees.
+	IF after_live IS NOT NULL AND NOT joining
+		AND (SELECT coalesce(array_agg(r.member ORDER BY r.member), '{}') FROM %[1]s r
+			WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t))
+			= (SELECT coalesce(array_agg(x ORDER BY x), '{}') FROM unnest(after_live) AS x) THEN
+		want_c := after_c;
+		want_b := after_b;
+		want_q := after_q;
 	END IF;
 
 	IF want_c > have_c OR EXISTS (SELECT 1 FROM unnest(want_b, have_b) AS w(a, b) WHERE a > b)
@@ -169,18 +194,30 @@ BEGIN
 	RETURN QUERY SELECT r.member, r.joined, %[1]s_live(k, r.member, r.expires, t), r.conns,
 		array_to_string(r.concurrent, ','), array_to_string(r.queue, ','), r.total_conns,
 		array_to_string(r.total_concurrent, ','), array_to_string(r.total_queue, ','), r.info, r.member = m,
-		pg_backend_pid(), me_start
+		pg_backend_pid(), me_start, extract(epoch FROM r.expires - t)::float8, r.member::oid = ANY (held)
 		FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
 END
 $fn$;
 COMMIT`, table)
 }
 
-// fleetSchemaVersion names the refresh function's signature: a table made by another version
-// of gated with other functions is refreshed by its own functions.
+// fleetRefreshSignature is the refresh function's signature, which names its version: each
+// version of gated that changes the function's parameters or its result adds parameters, so that
+// its function is an overload of its own beside the older ones (PostgreSQL tells them apart by
+// their parameters, and CREATE OR REPLACE cannot change a result). Instances of two versions on
+// one table each call their own, and the two follow the same protocol on the same rows: the
+// 0.1.0 function's members and these count each other and grant only from what all of them
+// declare. ensureFleetSchema refuses a function of this signature whose result is not
+// fleetRefreshResult rather than read rows it does not know.
 func fleetRefreshSignature(table string) string {
-	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz)"
+	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz," +
+		"int[],int,int[],int[])"
 }
+
+// fleetRefreshResult is the refresh function's result as pg_get_function_result shows it.
+const fleetRefreshResult = "TABLE(r_member integer, r_joined timestamp with time zone, r_live boolean, r_conns integer, " +
+	"r_concurrent text, r_queue text, r_total_conns integer, r_total_concurrent text, r_total_queue text, r_info text, " +
+	"r_mine boolean, r_pid integer, r_start timestamp with time zone, r_left double precision, r_locked boolean)"
 
 // A fleetRow is one member as the refresh function reports it.
 type fleetRow struct {
@@ -191,6 +228,8 @@ type fleetRow struct {
 	totals   share
 	info     string
 	mine     bool
+	left     time.Duration // until its lease expires by the database's clock as the refresh ran; negative once expired
+	locked   bool          // its lease connection held its lock when the refresh began
 }
 
 // A fleetView is what a refresh saw: every member of the fleet, live or not, in join order.
@@ -201,6 +240,34 @@ type fleetView struct {
 	// should the server still hold it: zero when the fleet has no row.
 	pid   int64
 	start time.Time
+}
+
+// lapses reports whether r is another member's lease that only its TTL keeps counted: its lock
+// is not held, so it stops being counted when it expires unless its member refreshes it first.
+func (r *fleetRow) lapses() bool { return !r.mine && !r.locked && r.left > 0 }
+
+// without returns v with the rows gone marks no longer live.
+func (v *fleetView) without(gone func(*fleetRow) bool) *fleetView {
+	w := *v
+	w.rows = slices.Clone(v.rows)
+	for i := range w.rows {
+		if gone(&w.rows[i]) {
+			w.rows[i].live = false
+		}
+	}
+	return &w
+}
+
+// others returns the ids of the live members other than this one, sorted; never nil.
+func (v *fleetView) others() []int {
+	ids := []int{}
+	for _, r := range v.rows {
+		if r.live && !r.mine {
+			ids = append(ids, int(r.member))
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // me returns the member's own row.
@@ -255,6 +322,11 @@ type refreshRequest struct {
 	// The member's previous lease connection's backend, to be terminated; 0 for none.
 	prevPID   int64
 	prevStart time.Time
+	// When the member expects leases of others to have expired by the time the refresh runs: the
+	// others it expects live then (sorted, never nil), and what it wants in that fleet, asked
+	// instead of want if the fleet is that. No expectation when afterLive is nil.
+	afterLive []int
+	afterWant share
 }
 
 // interval formats d for PostgreSQL's interval input.
@@ -265,7 +337,8 @@ func interval(d time.Duration) string {
 func refreshQuery(table string) string {
 	return "SELECT * FROM " + table + "_refresh($1, $2, $3, $4, $5::text::interval, $6::text::interval, " +
 		"$7, $8::text::int[], $9::text::int[], $10, $11::text::int[], $12::text::int[], " +
-		"$13, $14::text::int[], $15::text::int[], $16, $17, $18)"
+		"$13, $14::text::int[], $15::text::int[], $16, $17, $18, " +
+		"$19::text::int[], $20, $21::text::int[], $22::text::int[])"
 }
 
 // A leaseConn is the connection a member keeps its lease on. It belongs to the member's loop:
@@ -281,12 +354,18 @@ type leaseConn interface {
 
 // refresh runs one refresh on c.
 func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) (*fleetView, error) {
+	var afterLive driver.Value
+	after := r.want
+	if r.afterLive != nil {
+		afterLive, after = sqlInts(r.afterLive), r.afterWant
+	}
 	rows, err := c.query(ctx, refreshQuery(table),
 		r.fleet, int64(r.key), int64(r.member), r.joining, interval(r.ttl), interval(r.skew),
 		int64(r.have.conns), sqlInts(r.have.concurrent), sqlInts(r.have.queue),
 		int64(r.want.conns), sqlInts(r.want.concurrent), sqlInts(r.want.queue),
 		int64(r.totals.conns), sqlInts(r.totals.concurrent), sqlInts(r.totals.queue), r.info,
-		r.prevPID, nullTime(r.prevStart))
+		r.prevPID, nullTime(r.prevStart),
+		afterLive, int64(after.conns), sqlInts(after.concurrent), sqlInts(after.queue))
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +386,7 @@ func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) 
 var errFleetRow = errors.New("gated: fleet table: unexpected row from the refresh function")
 
 func scanFleetRow(row []driver.Value) (fleetRow, error) {
-	if len(row) != 13 {
+	if len(row) != 15 {
 		return fleetRow{}, errFleetRow
 	}
 	var fr fleetRow
@@ -331,6 +410,12 @@ func scanFleetRow(row []driver.Value) (fleetRow, error) {
 	fr.totals = share{conns: num(row[6]), concurrent: ints(row[7]), queue: ints(row[8])}
 	fr.info = textValue(row[9])
 	fr.mine, _ = row[10].(bool)
+	left, ok := row[13].(float64)
+	if !ok {
+		errs = append(errs, errFleetRow)
+	}
+	fr.left = time.Duration(left * float64(time.Second))
+	fr.locked, _ = row[14].(bool)
 	return fr, errors.Join(errs...)
 }
 
@@ -352,14 +437,23 @@ func textValue(v driver.Value) string {
 	return ""
 }
 
-// ensureFleetSchema creates the fleet table and its functions unless the refresh function
-// exists already.
+// ensureFleetSchema creates the fleet table and its functions unless the refresh function of
+// this version exists already (the table may exist with the functions of other versions, which
+// stay for the instances that call them). It refuses a function of this signature with another
+// result.
 func ensureFleetSchema(ctx context.Context, c leaseConn, table string) error {
-	rows, err := c.query(ctx, "SELECT to_regprocedure($1) IS NOT NULL", fleetRefreshSignature(table))
+	rows, err := c.query(ctx, "SELECT pg_get_function_result(to_regprocedure($1))", fleetRefreshSignature(table))
 	if err != nil {
 		return fmt.Errorf("gated: fleet: looking for %s: %w", table, err)
 	}
-	if len(rows) == 1 && len(rows[0]) == 1 && rows[0][0] == true {
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return fmt.Errorf("gated: fleet: looking for %s: %w", table, errFleetRow)
+	}
+	if rows[0][0] != nil {
+		if got := textValue(rows[0][0]); got != fleetRefreshResult {
+			return fmt.Errorf("gated: fleet: %s returns %s, not the %s this version of gated reads: it was made by another version; drop it (no instance of that version may be running) to have it made again",
+				fleetRefreshSignature(table), got, fleetRefreshResult)
+		}
 		return nil
 	}
 	if err := c.exec(ctx, fleetSchema(table)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,6 +336,109 @@ func TestFleetCrashedMemberShareComesBackAfterItsTTL(t *testing.T) {
 	}
 }
 
+// TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires: a member's lease connection dies
+// (its backend is terminated, so its lock goes with it) and the member stops refreshing, as a
+// killed process does. Its share is counted until its lease expires by the database's clock, so
+// a survivor cannot have it before then; the survivors, which saw that nothing but the TTL held
+// that lease any more, refresh when it expires instead of at their next regular refresh, and that
+// one refresh both finds it expired and grants them the room it frees. Checked by the database's
+// clock, not the test's: the first refresh of each survivor that the database runs after the
+// dead lease's expiry leaves the survivor declaring its new fair share.
+func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) {
+	ft := newFleetTest(t, totals12, 1200*time.Millisecond, 300*time.Millisecond)
+	defer ft.watchDeclared()()
+	// A survivor's refreshes as the table records them: when the database ran each (its lease's
+	// expiry less the TTL) and the connections it declared after it, read by the survivor's loop
+	// at the start of every turn, so that no refresh goes unseen.
+	type refreshed struct {
+		at    time.Time
+		conns int
+	}
+	var mu sync.Mutex
+	seen := map[string][]refreshed{}
+	record := func(name string) func() {
+		return func() {
+			var r refreshed
+			err := ft.adm.QueryRow("SELECT expires - $3::text::interval, conns FROM "+ft.table+" WHERE fleet = $1 AND info = $2",
+				ft.name, name, interval(ft.ttl)).Scan(&r.at, &r.conns)
+			if err != nil {
+				return // not joined yet
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if s := seen[name]; len(s) == 0 || !s[len(s)-1].at.Equal(r.at) {
+				seen[name] = append(s, r)
+			}
+		}
+	}
+	// The members are named "member 1", "member 2", … in the order they start.
+	_, ta := ft.member(nil, record("member 1"))
+	_, tb := ft.member(nil, record("member 2"))
+	var frozen atomic.Bool
+	parked, release := make(chan struct{}, 1), make(chan struct{})
+	dial, app := ft.dialer("")
+	// The third refreshes more often, so that its lease expires at any point of the others' cycle.
+	ft.refresh = 70 * time.Millisecond
+	_, tc := ft.member(dial, func() {
+		if frozen.Load() {
+			parked <- struct{}{}
+			<-release
+		}
+	})
+	ft.refresh = 300 * time.Millisecond
+	t.Cleanup(func() { close(release) }) // before the members' cleanups, which wait for their loops
+	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+
+	frozen.Store(true)
+	<-parked // its last refresh is done: its lease expires a TTL after the database ran it
+	var expires time.Time
+	if err := ft.adm.QueryRow("SELECT expires FROM "+ft.table+" WHERE fleet = $1 AND info = 'member 3'", ft.name).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	var killed time.Time
+	if err := ft.adm.QueryRow("SELECT clock_timestamp() FROM pg_stat_activity a, pg_terminate_backend(a.pid) WHERE a.application_name = $1",
+		app).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	tc.gone()
+	waitShares(t, "after the lease connection died", []*fakeTarget{ta, tb}, 6, 6)
+	waitFor(t, "the survivors' loops to record their new shares", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, name := range []string{"member 1", "member 2"} {
+			if s := seen[name]; len(s) == 0 || s[len(s)-1].conns != 6 {
+				return false
+			}
+		}
+		return true
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"member 1", "member 2"} {
+		var after []refreshed
+		for _, r := range seen[name] {
+			if r.at.After(expires) {
+				after = append(after, r)
+			}
+		}
+		if len(after) == 0 {
+			t.Fatalf("%s: no refresh recorded after the dead lease expired: %v", name, seen[name])
+		}
+		first := after[0]
+		t.Logf("%s: the first refresh after the dead lease expired ran %v after it (%v after the kill) and declared %d connections",
+			name, first.at.Sub(expires), first.at.Sub(killed), first.conns)
+		if first.conns != 6 {
+			var got []string
+			for _, r := range after {
+				got = append(got, fmt.Sprintf("%v after: %d", r.at.Sub(expires), r.conns))
+			}
+			t.Errorf("%s: its first refresh after the dead lease expired left it declaring %d connections, want its new fair share of 6 at once; its refreshes after the expiry: %v",
+				name, first.conns, got)
+		}
+	}
+}
+
 // TestFleetMemberThatStopsRefreshingKeepsItsShareCounted: a member whose loop stops (the process
 // hangs, its connections stay open) is never counted out while its lease connection lives, even
 // long after its lease expired: its session lock proves it may still hold its share. A newcomer
@@ -499,11 +603,15 @@ func TestFleetMoreMembersThanConnections(t *testing.T) {
 }
 
 // BenchmarkFleetRefresh measures one refresh, the only coordination query, in a fleet of six
-// members: a steady one (declares what it holds) and one that asks to grow (takes the growth
-// lock and reads the others' declarations).
+// members: a steady one (declares what it holds), one that asks to grow (takes the growth lock
+// and reads the others' declarations), and one that asks to grow in the fleet it expects once
+// another lease has expired (the fleet is that: it reads who is live, then grows).
 func BenchmarkFleetRefresh(b *testing.B) {
-	for _, grow := range []bool{false, true} {
-		b.Run(fmt.Sprintf("grow=%v", grow), func(b *testing.B) {
+	for _, bc := range []struct {
+		name        string
+		grow, lapse bool
+	}{{"grow=false", false, false}, {"grow=true", true, false}, {"lapse", false, true}} {
+		b.Run(bc.name, func(b *testing.B) {
 			totals := share{conns: 60, concurrent: []int{48}, queue: []int{48}}
 			adm := admin(b)
 			table := fmt.Sprintf("gated_bench_fleet_%d", time.Now().UnixNano()%1e9)
@@ -541,8 +649,11 @@ func BenchmarkFleetRefresh(b *testing.B) {
 			have := targetShare(totals, 6, 0)
 			have.conns--
 			req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: 1, ttl: time.Minute, have: have, want: have, totals: totals}
-			if grow {
+			if bc.grow {
 				req.want = have.join(targetShare(totals, 1, 0))
+			}
+			if bc.lapse {
+				req.afterLive, req.afterWant = []int{2, 3, 4, 5, 6}, have.join(targetShare(totals, 1, 0))
 			}
 			b.ResetTimer()
 			for b.Loop() {
@@ -626,5 +737,204 @@ func TestFleetSurvivesAServerRestart(t *testing.T) {
 	waitShares(t, "after the restart", []*fakeTarget{ta, tb}, 6, 6)
 	if c := a.stats().ShareChanges + b.stats().ShareChanges; c != changes {
 		t.Errorf("the shares changed %d times across the restart, want none: the members were to keep them", c-changes)
+	}
+}
+
+// TestFleetExpectsTheEarliestLapse: after a refresh, a member plans its next one at the earliest
+// expiry of another lease that nothing but its TTL keeps counted (its lock is gone), and what to
+// ask for then: its fair share in the fleet without those leases. Leases whose lock is held, its
+// own, expired ones and dead rows plan nothing, so a healthy fleet keeps its regular refreshes.
+func TestFleetExpectsTheEarliestLapse(t *testing.T) {
+	totals := share{conns: 12, concurrent: []int{10}, queue: []int{20}}
+	m := newFleetMember(fleetConfig{name: "a", ttl: 3 * time.Second, refresh: time.Second, totals: totals}, nil, nil, nil)
+	row := func(id int32, live, locked bool, left time.Duration) fleetRow {
+		return fleetRow{member: id, live: live, locked: locked, left: left, totals: totals}
+	}
+	me := row(3, true, true, 3*time.Second)
+	me.mine = true
+	got := time.Now()
+
+	healthy := &fleetView{mine: true, rows: []fleetRow{
+		row(1, true, true, 2*time.Second),
+		me,
+		row(4, true, true, -time.Second), // its refreshes late, its lock held: counted
+		row(5, false, false, -time.Hour), // dead
+	}}
+	m.expectLapse(healthy, got)
+	if !m.lapseAt.IsZero() || m.afterLive != nil {
+		t.Errorf("in a fleet whose live leases all hold their locks the member plans a refresh at %v, expecting %v live", m.lapseAt, m.afterLive)
+	}
+
+	dying := &fleetView{mine: true, rows: []fleetRow{
+		row(1, true, true, 2*time.Second),
+		row(2, true, false, 800*time.Millisecond), // crashed: expires first
+		me,
+		row(6, true, false, 800*time.Millisecond), // crashed with it
+		row(7, true, false, 900*time.Millisecond), // crashed later
+		row(4, true, true, -time.Second),
+		row(5, false, false, -time.Hour),
+	}}
+	m.expectLapse(dying, got)
+	if want := got.Add(800*time.Millisecond + lapseMargin); !m.lapseAt.Equal(want) {
+		t.Errorf("the member plans its refresh %v after the last one, want %v: the earliest lapse and the margin", m.lapseAt.Sub(got), want.Sub(got))
+	}
+	if !slices.Equal(m.afterLive, []int{1, 4, 7}) {
+		t.Errorf("the member expects %v live besides it after the lapse, want [1 4 7]", m.afterLive)
+	}
+	if want := targetShare(totals, 4, 1); !m.afterTarget.equal(want) {
+		t.Errorf("the member plans to ask for %v, want %v: its share as the second of four", m.afterTarget, want)
+	}
+
+	m.expectLapse(&fleetView{rows: dying.rows}, got) // the refresh did not count the member
+	if !m.lapseAt.IsZero() || m.afterLive != nil {
+		t.Errorf("a member the fleet does not count plans a refresh at %v, expecting %v live", m.lapseAt, m.afterLive)
+	}
+}
+
+// The refresh function of gated 0.1.0 (testdata/fleet_schema_0.1.0.sql), called as a 0.1.0
+// member calls it.
+const (
+	fleetRefreshSignature010 = "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz)"
+	fleetRefreshQuery010     = "_refresh($1, $2, $3, $4, $5::text::interval, $6::text::interval, " +
+		"$7, $8::text::int[], $9::text::int[], $10, $11::text::int[], $12::text::int[], " +
+		"$13, $14::text::int[], $15::text::int[], $16, $17, $18)"
+)
+
+// A member010 is a member of gated 0.1.0 on its lease connection, driven by the test: each
+// refresh declares what its target holds and asks for want, and its target grows into the grant.
+type member010 struct {
+	ft     *fleetTest
+	id     int32
+	conn   leaseConn
+	target *fakeTarget
+	joined bool
+}
+
+func (o *member010) refresh(want share) {
+	o.ft.t.Helper()
+	have := o.target.holds()
+	rows, err := o.conn.query(context.Background(), "SELECT * FROM "+o.ft.table+fleetRefreshQuery010,
+		o.ft.name, int64(fleetKey(o.ft.name)), int64(o.id), !o.joined, interval(o.ft.ttl), interval(0),
+		int64(have.conns), sqlInts(have.concurrent), sqlInts(have.queue),
+		int64(want.conns), sqlInts(want.concurrent), sqlInts(want.queue),
+		int64(o.ft.f.totals.conns), sqlInts(o.ft.f.totals.concurrent), sqlInts(o.ft.f.totals.queue), o.target.name,
+		int64(0), nil)
+	if err != nil {
+		o.ft.t.Fatalf("%s: %v", o.target.name, err)
+	}
+	for _, row := range rows {
+		if len(row) != 13 {
+			o.ft.t.Fatalf("%s: the 0.1.0 function returned %d columns", o.target.name, len(row))
+		}
+		if mine, _ := row[10].(bool); mine {
+			o.joined = true
+			declared := share{conns: int(row[3].(int64))}
+			declared.concurrent, _ = parseInts(textValue(row[4]))
+			declared.queue, _ = parseInts(textValue(row[5]))
+			o.target.growTo(have.growToward(declared))
+		}
+	}
+	if !o.joined {
+		o.ft.t.Fatalf("%s: not counted by the fleet", o.target.name)
+	}
+}
+
+// shrink moves the member to s, then declares it.
+func (o *member010) shrink(s share) {
+	o.target.shrinkTo(context.Background(), s)
+	o.refresh(s)
+}
+
+// TestFleetMembersOf010AndThisVersionShareOneTable: the table and functions of gated 0.1.0 are
+// in place when an instance of this version starts. It adds its own refresh function beside the
+// old one (which stays for the 0.1.0 instances), and members of both versions count each other:
+// nobody grows into another's share, each makes room for a newcomer of the other version, and a
+// 0.1.0 member's crash is reclaimed at its lease's expiry.
+func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
+	ft := newFleetTest(t, totals12, 1200*time.Millisecond, 100*time.Millisecond)
+	old, err := os.ReadFile("testdata/fleet_schema_0.1.0.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ft.adm.Exec(fmt.Sprintf(string(old), ft.table)); err != nil {
+		t.Fatal(err)
+	}
+	// Runs before newFleetTest's cleanup, which drops the functions by name: one overload each.
+	t.Cleanup(func() { ft.adm.Exec("DROP FUNCTION IF EXISTS " + ft.table + fleetRefreshSignature010) })
+	defer ft.watchDeclared()()
+	connector, wrap, err := newInner("pgx", pgtest.URL(t), innerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old010 := func(id int32, name string) *member010 {
+		c, err := dialLease(context.Background(), connector, wrap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.close)
+		return &member010{ft: ft, id: id, conn: c, target: &fakeTarget{f: ft.f, name: name}}
+	}
+	fair := func(n, rank int) share { return targetShare(totals12, n, rank) }
+
+	o1 := old010(1001, "0.1.0 member 1")
+	o1.refresh(fair(1, 0)) // joins alone and is granted everything
+	if got := o1.target.holds().conns; got != 12 {
+		t.Fatalf("the 0.1.0 member alone holds %d connections, want 12", got)
+	}
+	_, ta := ft.member(nil, nil)
+	waitFor(t, "the new member to join beside the 0.1.0 one", func() bool {
+		var n int
+		return ft.adm.QueryRow("SELECT count(*) FROM "+ft.table+" WHERE fleet = $1", ft.name).Scan(&n) == nil && n == 2
+	})
+	for _, sig := range []string{ft.table + fleetRefreshSignature010, fleetRefreshSignature(ft.table)} {
+		var ok bool
+		if err := ft.adm.QueryRow("SELECT to_regprocedure($1) IS NOT NULL", sig).Scan(&ok); err != nil || !ok {
+			t.Errorf("%s: exists %v (%v), want both versions' functions", sig, ok, err)
+		}
+	}
+	if got := ta.holds().conns; got != 0 {
+		t.Fatalf("the new member holds %d connections while the 0.1.0 one declares all 12", got)
+	}
+	o1.shrink(fair(2, 0))
+	waitShares(t, "a 0.1.0 member and a new one", []*fakeTarget{o1.target, ta}, 6, 6)
+
+	o2 := old010(1002, "0.1.0 member 2")
+	o2.refresh(fair(1, 0)) // a newcomer asks for everything and is granted what is free: nothing
+	if got := o2.target.holds().conns; got != 0 {
+		t.Fatalf("the 0.1.0 newcomer holds %d connections, want none before the others make room", got)
+	}
+	waitShares(t, "the new member making room for the 0.1.0 newcomer", []*fakeTarget{o1.target, ta, o2.target}, 6, 4, 0)
+	o1.shrink(fair(3, 0))
+	o2.refresh(fair(3, 2))
+	waitShares(t, "three of two versions", []*fakeTarget{o1.target, ta, o2.target}, 4, 4, 4)
+
+	o1.conn.close() // crashed: its lock is gone, its lease is not
+	o1.target.gone()
+	waitShares(t, "after the first 0.1.0 member crashed", []*fakeTarget{ta, o2.target}, 6, 4)
+}
+
+// TestFleetSchemaRefusesARefreshFunctionOfAnotherResult: a refresh function with this version's
+// signature but another result (made by some other version) is neither replaced nor called:
+// preparing the fleet table fails and says why.
+func TestFleetSchemaRefusesARefreshFunctionOfAnotherResult(t *testing.T) {
+	ft := newFleetTest(t, totals12, time.Second, 100*time.Millisecond)
+	sig := fleetRefreshSignature(ft.table)
+	args := sig[len(ft.table+"_refresh(") : len(sig)-1]
+	if _, err := ft.adm.Exec("CREATE FUNCTION " + ft.table + "_refresh(" + args + ") RETURNS TABLE(r_member int) LANGUAGE sql AS 'SELECT 1'"); err != nil {
+		t.Fatal(err)
+	}
+	dial, _ := ft.dialer("")
+	c, err := dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	err = ensureFleetSchema(context.Background(), c, ft.table)
+	if err == nil || !strings.Contains(err.Error(), "TABLE(r_member integer)") {
+		t.Fatalf("ensureFleetSchema: %v, want an error naming the function's other result", err)
+	}
+	var result string
+	if err := ft.adm.QueryRow("SELECT pg_get_function_result(to_regprocedure($1))", sig).Scan(&result); err != nil || result != "TABLE(r_member integer)" {
+		t.Errorf("the function now returns %q (%v), want it left alone", result, err)
 	}
 }

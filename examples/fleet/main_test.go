@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,9 +101,10 @@ func TestFleetOfProcessesHoldsTheBudget(t *testing.T) {
 	victim := f.live()[0]
 	killed := time.Now()
 	f.kill(victim)
-	d := f.waitFair("kill -9")
-	t.Logf("%-40s every instance at its fair share after %v (TTL %v)", "kill -9 of one of 2", d.Round(10*time.Millisecond), fleetTTL)
-	if reclaimed := time.Since(killed); reclaimed > fleetTTL+2*fleetRefresh {
+	f.waitFair("kill -9")
+	reclaimed := time.Since(killed)
+	t.Logf("%-40s the killed instance's share reclaimed %v after the kill (TTL %v)", "kill -9 of one of 2", reclaimed.Round(time.Millisecond), fleetTTL)
+	if reclaimed > fleetTTL+fleetRefresh {
 		t.Errorf("the killed instance's share came back %v after the kill, more than its TTL %v and a refresh", reclaimed, fleetTTL)
 	}
 	stopSampling()
@@ -392,10 +394,11 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// BenchmarkGoodputFleetVersusSizedByHand runs the same overload on 3 instances twice over, in
-// one run: once as a fleet (gate_fleet=on, totals P=21, B=18, Q=18) and once sized by hand for 3
-// instances (each P=7, B=6, Q=6, no coordination), alternating the two, and reports the calls
-// served per second of each and their ratio. The fleet's shares come to the hand-made ones (each
+// BenchmarkGoodputFleetVersusSizedByHand runs the same overload on 3 instances many times over,
+// in one run: as a fleet (gate_fleet=on, totals P=21, B=18, Q=18) and sized by hand for 3
+// instances (each P=7, B=6, Q=6, no coordination), alternating the two and which goes first in a
+// round, and reports the median calls served per second of each (logging the rounds and their
+// range) and the ratio of the medians. The fleet's shares come to the hand-made ones (each
 // 7 connections, 6 of them for operations beside the lease, B 6), so the ratio shows what the
 // coordination costs. Each instance runs 24 workers calling the query without pause: overload,
 // of a workload bound by concurrency (pg_sleep) and of one bound by the server's CPU.
@@ -416,8 +419,8 @@ func BenchmarkGoodputFleetVersusSizedByHand(b *testing.B) {
 	}
 	base := fmt.Sprintf("postgres://fleet_app@127.0.0.1:%d/postgres?sslmode=disable&gate_queue_wait=20ms", cluster.Port())
 	for _, w := range []struct{ name, query string }{
-		{"sleep", "SELECT pg_sleep(0.005)"},                       // bound by concurrency
-		{"cpu", "SELECT count(*) FROM generate_series(1, 20000)"}, // bound by the server's CPU
+		{"sleep", "SELECT pg_sleep(0.005)"},                          // bound by concurrency
+		{"cpu", "SELECT sum(g) FROM generate_series(1, 20000) AS g"}, // bound by the server's CPU
 	} {
 		b.Run(w.name, func(b *testing.B) { goodput(b, bin, adm, base, w.query) })
 	}
@@ -432,12 +435,16 @@ func goodput(b *testing.B, bin string, adm *sql.DB, base, query string) {
 		instances = 3
 		warmup    = 2 * time.Second
 		window    = 8 * time.Second
-		rounds    = 2
+		rounds    = 5
 	)
 	perSecond := map[string][]float64{}
 	for range b.N {
-		for range rounds {
-			for _, c := range configs {
+		for r := range rounds {
+			order := configs
+			if r%2 == 1 {
+				order = []struct{ name, params string }{configs[1], configs[0]}
+			}
+			for _, c := range order {
 				f := &fleet{t: b, bin: bin, base: base + c.params, adm: adm, load: 24, query: query}
 				var ins []*instance
 				for range instances {
@@ -462,14 +469,16 @@ func goodput(b *testing.B, bin string, adm *sql.DB, base, query string) {
 			}
 		}
 	}
-	mean := func(v []float64) float64 {
-		var s float64
-		for _, x := range v {
-			s += x
+	median := func(name string) float64 {
+		v := slices.Sorted(slices.Values(perSecond[name]))
+		m := v[len(v)/2]
+		if len(v)%2 == 0 {
+			m = (v[len(v)/2-1] + m) / 2
 		}
-		return s / float64(len(v))
+		b.Logf("%-8s median %.0f calls served per second, %.0f–%.0f over %d rounds", name, m, v[0], v[len(v)-1], len(v))
+		return m
 	}
-	fl, hand := mean(perSecond["fleet"]), mean(perSecond["by-hand"])
+	fl, hand := median("fleet"), median("by-hand")
 	b.ReportMetric(fl, "fleet-calls/s")
 	b.ReportMetric(hand, "by-hand-calls/s")
 	b.ReportMetric(fl/hand, "fleet/by-hand")
