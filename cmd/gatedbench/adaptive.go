@@ -999,9 +999,7 @@ func (m *limitMean) mean() float64 {
 func (b *bench) limitSampler(t *adTarget, m *limitMean) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -1016,7 +1014,7 @@ func (b *bench) limitSampler(t *adTarget, m *limitMean) (stop func()) {
 				m.sum, m.n = m.sum+l, m.n+1
 			}
 		}
-	}()
+	})
 	return func() { close(done); wg.Wait() }
 }
 
