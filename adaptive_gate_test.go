@@ -97,6 +97,58 @@ func TestAutoQueueBoundRefusesAtOnceBeyondHalfAServiceTime(t *testing.T) {
 	<-a
 }
 
+// In sustained overload the one waiter is the newest arrival: the one before it is refused.
+func TestAutoGateInSustainedOverloadServesTheNewestArrival(t *testing.T) {
+	g := newAutoGate(8, 8, 1, time.Minute)
+	g.mu.Lock()
+	g.lim.service, g.lim.sustained = 10*time.Millisecond, true
+	g.mu.Unlock()
+	mustAcquire(t, g)
+	oldest := acquireAsync(t, g, context.Background())
+	newest := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(context.Background())
+		newest <- err
+	}()
+	select {
+	case err := <-oldest:
+		if !errors.Is(err, ErrAdmissionTimeout) {
+			t.Fatalf("the displaced waiter got %v, want ErrAdmissionTimeout", err)
+		}
+	case err := <-newest:
+		t.Fatalf("the newest arrival got %v while the oldest kept waiting", err)
+	}
+	waitFor(t, "the newest arrival queued", func() bool { return gateStats(g).Waiting == 1 })
+	g.release(nil)
+	if err := <-newest; err != nil {
+		t.Fatalf("the newest arrival: %v", err)
+	}
+	if s := gateStats(g); s.Running != 1 || s.Waiting != 0 || s.RejectedTimeout != 1 || s.Admitted != 2 {
+		t.Errorf("stats = %+v, want 1 running, none waiting, 1 refused, 2 admitted", s)
+	}
+	g.release(nil)
+}
+
+// A waiter that is leaving because its context ended is taken off the queue by a refusal but
+// reports its own cancellation, and counts as canceled, not as refused.
+func TestRefusedWaiterWhoseContextEndedCountsAsCanceled(t *testing.T) {
+	g := newTestGate(1, 1, time.Minute)
+	mustAcquire(t, g)
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := acquireAsync(t, g, ctx)
+	g.mu.Lock()
+	cancel() // the waiter wakes and waits for the mutex
+	g.refuseLocked(g.head)
+	g.mu.Unlock()
+	if err := <-leaving; !errors.Is(err, ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want the waiter's own cancellation", err)
+	}
+	if s := gateStats(g); s.Canceled != 1 || s.RejectedTimeout != 0 || s.Waiting != 0 {
+		t.Errorf("stats = %+v, want 1 canceled, none refused, none waiting", s)
+	}
+	g.release(nil)
+}
+
 // A gate whose samples show flat service times under pressure climbs to its ceiling, through
 // releaseSample, and one that fails fast does not move.
 func TestAutoGateLearnsFromReleaseSamples(t *testing.T) {

@@ -130,6 +130,9 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
+	case g.lim != nil && g.lim.displaces(g.waiting):
+		// Sustained overload: the newest arrival takes the oldest waiter's place (limiter.go).
+		g.refuseLocked(g.head)
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -364,12 +367,22 @@ func (g *gate) shedLocked() bool {
 		return false
 	}
 	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
-		g.removeLocked(w)
-		w.removed, w.err = true, g.wl.timeout
-		g.rejectedTimeout++
-		w.ready <- struct{}{}
+		g.refuseLocked(w)
 	}
 	return true
+}
+
+// refuseLocked takes waiter w off the queue and refuses it with ErrAdmissionTimeout. A waiter
+// whose context has ended is only taken off: it is leaving, and counts itself as canceled.
+func (g *gate) refuseLocked(w *waiter) {
+	g.removeLocked(w)
+	w.removed = true
+	if w.ctx.Err() != nil {
+		return
+	}
+	w.err = g.wl.timeout
+	g.rejectedTimeout++
+	w.ready <- struct{}{}
 }
 
 // close makes every later acquire fail with ErrClosed and wakes the waiters with that error.

@@ -65,7 +65,7 @@ type windowStats struct {
 	rtt      time.Duration // median hold time of service samples (OK and overload), averaged over windows
 	raw      time.Duration // this window's median alone
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
-	inflight float64       // mean running operations at the samples
+	rebased  bool          // the baseline moved up with this window: what was learnt against the old one is void
 	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
 	ok       int           // samples that ended normally
 	overload int           // samples ended by a timeout or a load refusal
@@ -82,14 +82,14 @@ const (
 	overloadBackoff   = 0.9 // factor applied to the limit then
 	smoothing         = 4   // the algorithm sees the window medians' moving average, each window weighing 1/smoothing
 	limitedShare      = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
-	// baselineDrift is the time constant with which slower no-load measurements move the
-	// baseline (a heavier query mix, a slower server).
-	baselineDrift = 2 * time.Second
 	// sustainedOverload: a window in which this many times more operations arrived than ended
 	// is sustained overload, where a queue only adds delay (see queueTooLong). At 2× a single
 	// waiter still left permits idle between arrivals (5–8 % of the goodput); at 4× the next
 	// arrival comes soon enough.
 	sustainedOverload = 4
+	// rebaseWindows: windows in a row at the minimum limit beyond the tolerance that move the
+	// baseline up (see baseline): a second at the usual window length.
+	rebaseWindows = 5
 )
 
 // adaptiveLimit is the state of one gate's gate_concurrent=auto. It is guarded by the gate's mutex.
@@ -104,7 +104,6 @@ type adaptiveLimit struct {
 	ok       int
 	overload int
 	failed   int
-	sumRun   int64
 	limited  int // samples that found demand at the limit
 	arrivals int // operations that asked the gate for a permit
 
@@ -150,14 +149,13 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	default:
 		a.failed++
 	}
-	a.sumRun += int64(running)
 	if running >= a.current() || waiting > 0 {
 		a.limited++
 	}
 	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
 		return false
 	}
-	a.closeWindow(now - a.start)
+	a.closeWindow()
 	return true
 }
 
@@ -166,17 +164,22 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 // service/limit. So the queue stays short at a low limit and long service times, where a fixed
 // Q of waiters would wait many service times, while Q remains the cap on waiters.
 //
-// In sustained overload (sustainedOverload times more arrivals than the gate serves) one waiter
-// is enough: it takes the next permit that frees, and arrivals replace it before the one after.
-// More only add their wait to the latency, and refusing them at once tells their callers sooner.
+// In sustained overload displaces bounds the queue instead.
 func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
-	if a.service <= 0 {
+	if a.service <= 0 || a.sustained {
 		return false
 	}
-	if a.sustained && waiting > 0 {
-		return true
-	}
 	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
+}
+
+// displaces reports whether an operation arriving behind waiting others takes the oldest one's
+// place, which is refused: in sustained overload (sustainedOverload times more arrivals than the
+// gate serves) one waiter is enough to take the next permit that frees, and the newest one has
+// waited least. So the one operation that waits has waited only since the last arrival, not for
+// a whole service time behind a running one, and more waiters would only add their wait to the
+// latency.
+func (a *adaptiveLimit) displaces(waiting int) bool {
+	return a.sustained && waiting > 0
 }
 
 // queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: half a
@@ -187,17 +190,15 @@ func queueDelay(service time.Duration) time.Duration { return max(service/2, ove
 // arrived counts an operation asking for a permit.
 func (a *adaptiveLimit) arrived() { a.arrivals++ }
 
-// closeWindow derives the next limit from the open window, which lasted d, and starts a new one.
-func (a *adaptiveLimit) closeWindow(d time.Duration) {
+// closeWindow derives the next limit from the open window and starts a new one.
+func (a *adaptiveLimit) closeWindow() {
 	n := a.ok + a.overload + a.failed
 	w := windowStats{
-		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited*limitedShare >= n,
+		rtt: a.hist.median(), limited: a.limited*limitedShare >= n,
 		ok: a.ok, overload: a.overload, failed: a.failed,
 	}
 	w.raw = w.rtt
 	a.sustained = a.arrivals >= sustainedOverload*n
-	a.base.update(w.rtt, w.inflight, d)
-	w.base = a.base.value
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
 	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
@@ -206,6 +207,8 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 		a.smoothed = w.rtt
 	}
 	a.smoothed += (w.rtt - a.smoothed) / smoothing
+	w.rebased = a.base.update(a.smoothed, a.current() <= a.min)
+	w.base = a.base.value
 	lasting := min(w.raw, a.prevRaw)
 	a.prevRaw = w.raw
 	w.rtt = max(a.smoothed, lasting, w.base)
@@ -221,30 +224,50 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	}
 	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
 	a.hist.reset()
-	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.arrivals = 0, 0, 0, 0, 0, 0
+	a.ok, a.overload, a.failed, a.limited, a.arrivals = 0, 0, 0, 0, 0
 }
 
-// A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
-// never becomes it (a window median needs half a window's samples). It rises only on evidence
-// measured at no more concurrency than the baseline was, and then slowly (baselineDrift): the
-// database itself became slower (another query mix, a shared or degraded server), not our load
-// on it. During an incident the limit falls first, and the baseline follows only once the limit
-// has fallen to where it was measured, so it cannot drift up and stop the limit from falling.
+// A baseline is the no-load hold time: the lowest the window medians' moving average has been,
+// so that neither one fast outlier (a window median needs half a window's samples) nor one fast
+// window (it moves the average a quarter of the way) becomes it. It never drifts up with the
+// hold times: during an incident the limit falls first, so that another tenant taking the
+// server's CPU makes the gate give way, down to its minimum, instead of making the slower service
+// the new normal. It moves up only where the gate can go no lower: when rebaseWindows windows in
+// a row at the minimum limit all held beyond the tolerance, the slowness is the database's own (a
+// heavier query mix, a slower or degraded server), not the gate's load, and the baseline becomes
+// the lowest the average was in them. A few slow windows are not enough: at the minimum, on a
+// server shared with another tenant, window medians spread widely around a mean within the
+// tolerance.
 type baseline struct {
-	value    time.Duration // 0 before the first window
-	inflight float64       // mean running operations of the window that measured it
+	value time.Duration // 0 before the first window
+	slow  int           // windows in a row at the minimum beyond the tolerance
+	least time.Duration // the lowest moving average of those
 }
 
-// update takes the median rtt of a window that lasted d with inflight operations running on
-// average.
-func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration) {
+// update takes the moving average rtt at the close of a window run at the minimum limit or not,
+// and reports whether the baseline moved up.
+func (b *baseline) update(rtt time.Duration, atMin bool) (rose bool) {
 	switch {
 	case b.value == 0 || rtt <= b.value:
-		b.value, b.inflight = rtt, inflight
-	case inflight <= b.inflight+0.5:
-		b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineDrift)))
-		b.inflight = min(b.inflight, inflight)
+		b.value, b.slow = rtt, 0
+	case !atMin || rtt <= tolerance(b.value):
+		b.slow = 0
+	default:
+		if b.slow == 0 || rtt < b.least {
+			b.least = rtt
+		}
+		if b.slow++; b.slow == rebaseWindows {
+			b.value, b.slow = b.least, 0
+			return true
+		}
 	}
+	return false
+}
+
+// tolerance is the longest hold time that shows no queueing worth a permit against base: base
+// × gradientTolerance, and at least latencySlack above it.
+func tolerance(base time.Duration) time.Duration {
+	return max(time.Duration(gradientTolerance*float64(base)), base+latencySlack)
 }
 
 // gradientLimit is a gradient limiter in the manner of Netflix's Gradient2, with the growth
@@ -292,6 +315,9 @@ const (
 )
 
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
+	if w.rebased {
+		a.knee, a.memory, a.fails = 0, 0, 0
+	}
 	if a.memory > 0 {
 		if a.memory--; a.memory == 0 {
 			a.knee = 0
@@ -299,8 +325,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	}
 	// Growth is reckoned from the limit in force, the rounded one: a limit of 1.8 admits 2.
 	cur := max(1, math.Round(limit))
-	rtt, base := float64(w.rtt), float64(w.base)
-	tol := max(gradientTolerance*base, base+float64(latencySlack))
+	rtt, base, tol := float64(w.rtt), float64(w.base), float64(tolerance(w.base))
 	probed := a.probed
 	a.probed = 0
 	if probed > 0 && float64(w.raw) > gradientProbeMargin*tol {

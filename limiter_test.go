@@ -23,6 +23,15 @@ func cpuBound(s time.Duration, cores int) dbModel {
 	return func(n int) time.Duration { return s * time.Duration(max(n, cores)) / time.Duration(cores) }
 }
 
+// sharedCPU: an operation of s that spends 60 % of it on the server's CPU and the rest outside
+// (the network, the client), on a server of cores where others runnable processes of another
+// tenant take their share of the cores.
+func sharedCPU(s time.Duration, cores, others int) dbModel {
+	return func(n int) time.Duration {
+		return s*4/10 + s*6/10*time.Duration(max(n+others, cores))/time.Duration(cores)
+	}
+}
+
 // sleepBound: latency flat.
 func sleepBound(s time.Duration) dbModel { return func(int) time.Duration { return s } }
 
@@ -224,6 +233,56 @@ func TestLimiterFollowsACapacityDropAndRecovers(t *testing.T) {
 	})
 }
 
+func TestLimiterGivesWayToAnotherTenant(t *testing.T) {
+	// Another tenant's two CPU-bound sessions share the server's two cores: every permit makes
+	// every operation slower, and one operation alone is 1.3 times as slow as before. The gate
+	// holds the hold time within its tolerance of the one it had before by going down to its
+	// minimum, instead of taking the slower service for the new normal.
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		alone := sharedCPU(simS, 2, 0)
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: alone, demand: 100},
+			{d: 20 * time.Second, db: sharedCPU(simS, 2, 2), demand: 100},
+			{d: 20 * time.Second, db: alone, demand: 100},
+		})
+		before := lastOf(tr.limits[0])
+		during := tr.limits[1]
+		if lo, hi := rangeOf(during[len(during)/4:]); hi > 1 {
+			t.Errorf("while the other tenant ran, the limit reached %d (lowest %d) after its first 5 s, want the minimum (limits %v)", hi, lo, during)
+		}
+		if p50, want := tr.holdP50[1], time.Duration(gradientTolerance*float64(simS)); p50 > want {
+			t.Errorf("while the other tenant ran, hold p50 %v, want ≤ %v (limits %v)", p50, want, during)
+		}
+		if after := lastOf(tr.limits[2]); after < before-1 {
+			t.Errorf("limit %d after the other tenant stopped, %d before (limits %v)", after, before, tr.limits[2])
+		}
+		if g, was := tr.goodput[2], tr.goodput[0]; g < 0.95*was {
+			t.Errorf("after the other tenant stopped goodput %.0f/s, want ≥ 95 %% of the %.0f/s before (limits %v)", g, was, tr.limits[2])
+		}
+	})
+}
+
+func TestBaselineRisesOnlyOnLastingSlownessAtTheMinimum(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	var b baseline
+	b.update(ms(2), true)
+	// Far beyond the tolerance, but above the minimum: the gate's own load, however long.
+	for range 20 {
+		if b.update(ms(8), false) || b.value != ms(2) {
+			t.Fatalf("a slow window above the minimum moved the baseline to %v", b.value)
+		}
+	}
+	// At the minimum, one window within the tolerance among slow ones starts the count again.
+	for _, rtt := range []float64{5, 6, 4.5, 7, 2.9, 5, 6, 5.5, 4} {
+		if b.update(ms(rtt), true) || b.value != ms(2) {
+			t.Fatalf("window of %vms: the baseline moved to %v before %d slow windows in a row", rtt, b.value, rebaseWindows)
+		}
+	}
+	if !b.update(ms(4.8), true) || b.value != ms(4) {
+		t.Errorf("after %d slow windows in a row at the minimum the baseline is %v, want the lowest of them, 4ms", rebaseWindows, b.value)
+	}
+}
+
 func TestLimiterFollowsAHeavierQueryMix(t *testing.T) {
 	// The service time doubles at every concurrency and stays so: the limit must not stay
 	// pinned at the minimum for ever, as it would if the old baseline never moved.
@@ -407,15 +466,29 @@ func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
 		{10 * time.Millisecond, 8, 4, false, true},
 		{100 * time.Microsecond, 2, 99, false, false}, // fast queries: CoDel's 5ms is the bound
 		{100 * time.Microsecond, 2, 100, false, true},
-		// Sustained overload: one waiter at most, and none beyond the usual bound.
+		// Sustained overload: displaces bounds the queue instead.
 		{10 * time.Millisecond, 2, 0, true, false},
-		{10 * time.Millisecond, 8, 1, true, true},
-		{100 * time.Microsecond, 2, 1, true, true},
-		{10 * time.Millisecond, 1, 0, true, true},
+		{10 * time.Millisecond, 8, 4, true, false},
+		{10 * time.Millisecond, 1, 0, true, false},
 	} {
 		a.service, a.sustained = c.service, c.sustained
 		if got := a.queueTooLong(c.waiting, c.limit); got != c.want {
 			t.Errorf("service %v, limit %d, %d waiting, sustained %v: queueTooLong = %v, want %v", c.service, c.limit, c.waiting, c.sustained, got, c.want)
+		}
+	}
+}
+
+func TestLimiterDisplacesTheWaiterOnlyInSustainedOverload(t *testing.T) {
+	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	a.service = 10 * time.Millisecond
+	for _, c := range []struct {
+		sustained bool
+		waiting   int
+		want      bool
+	}{{false, 0, false}, {false, 1, false}, {true, 0, false}, {true, 1, true}} {
+		a.sustained = c.sustained
+		if got := a.displaces(c.waiting); got != c.want {
+			t.Errorf("sustained %v, %d waiting: displaces = %v, want %v", c.sustained, c.waiting, got, c.want)
 		}
 	}
 }
