@@ -65,7 +65,8 @@ type windowStats struct {
 	rtt      time.Duration // median hold time of service samples (OK and overload), averaged over windows
 	raw      time.Duration // this window's median alone
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
-	rebased  bool          // the baseline moved up with this window: what was learnt against the old one is void
+	inflight float64       // mean running operations at the samples
+	rebased  bool          // the baseline rose beyond its tolerance with this window: what was learnt against the old one is void
 	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
 	ok       int           // samples that ended normally
 	overload int           // samples ended by a timeout or a load refusal
@@ -87,8 +88,11 @@ const (
 	// waiter still left permits idle between arrivals (5–8 % of the goodput); at 4× the next
 	// arrival comes soon enough.
 	sustainedOverload = 4
+	// baselineDrift is the time constant with which the baseline follows slower no-load
+	// measurements within the tolerance (see baseline).
+	baselineDrift = 2 * time.Second
 	// rebaseWindows: windows in a row at the minimum limit beyond the tolerance that move the
-	// baseline up (see baseline): a second at the usual window length.
+	// baseline there (see baseline): a second at the usual window length.
 	rebaseWindows = 5
 )
 
@@ -104,6 +108,7 @@ type adaptiveLimit struct {
 	ok       int
 	overload int
 	failed   int
+	sumRun   int64
 	limited  int // samples that found demand at the limit
 	arrivals int // operations that asked the gate for a permit
 
@@ -149,13 +154,14 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	default:
 		a.failed++
 	}
+	a.sumRun += int64(running)
 	if running >= a.current() || waiting > 0 {
 		a.limited++
 	}
 	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
 		return false
 	}
-	a.closeWindow()
+	a.closeWindow(now - a.start)
 	return true
 }
 
@@ -190,15 +196,17 @@ func queueDelay(service time.Duration) time.Duration { return max(service/2, ove
 // arrived counts an operation asking for a permit.
 func (a *adaptiveLimit) arrived() { a.arrivals++ }
 
-// closeWindow derives the next limit from the open window and starts a new one.
-func (a *adaptiveLimit) closeWindow() {
+// closeWindow derives the next limit from the open window, which lasted d, and starts a new one.
+func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	n := a.ok + a.overload + a.failed
 	w := windowStats{
-		rtt: a.hist.median(), limited: a.limited*limitedShare >= n,
+		rtt: a.hist.median(), inflight: float64(a.sumRun) / float64(n), limited: a.limited*limitedShare >= n,
 		ok: a.ok, overload: a.overload, failed: a.failed,
 	}
 	w.raw = w.rtt
 	a.sustained = a.arrivals >= sustainedOverload*n
+	w.rebased = a.base.update(w.rtt, w.inflight, d, a.current() <= a.min)
+	w.base = a.base.value
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
 	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
@@ -207,7 +215,6 @@ func (a *adaptiveLimit) closeWindow() {
 		a.smoothed = w.rtt
 	}
 	a.smoothed += (w.rtt - a.smoothed) / smoothing
-	w.rebased = a.base.update(a.smoothed, a.current() <= a.min)
 	w.base = a.base.value
 	lasting := min(w.raw, a.prevRaw)
 	a.prevRaw = w.raw
@@ -224,40 +231,48 @@ func (a *adaptiveLimit) closeWindow() {
 	}
 	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
 	a.hist.reset()
-	a.ok, a.overload, a.failed, a.limited, a.arrivals = 0, 0, 0, 0, 0
+	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.arrivals = 0, 0, 0, 0, 0, 0
 }
 
-// A baseline is the no-load hold time: the lowest the window medians' moving average has been,
-// so that neither one fast outlier (a window median needs half a window's samples) nor one fast
-// window (it moves the average a quarter of the way) becomes it. It never drifts up with the
-// hold times: during an incident the limit falls first, so that another tenant taking the
-// server's CPU makes the gate give way, down to its minimum, instead of making the slower service
-// the new normal. It moves up only where the gate can go no lower: when rebaseWindows windows in
-// a row at the minimum limit all held beyond the tolerance, the slowness is the database's own (a
-// heavier query mix, a slower or degraded server), not the gate's load, and the baseline becomes
-// the lowest the average was in them. A few slow windows are not enough: at the minimum, on a
-// server shared with another tenant, window medians spread widely around a mean within the
-// tolerance.
+// A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
+// never becomes it (a window median needs half a window's samples). Left there, the lowest of
+// many noisy medians would sink below any typical one and the limit with it, so the baseline
+// drifts up (time constant baselineDrift) towards windows measured at no more concurrency than
+// it was, as long as they are within the tolerance. Beyond the tolerance it stays put: then the
+// limit falls first, so that another tenant taking the server's CPU makes the gate give way,
+// down to its minimum if need be, instead of becoming the new normal while the limit stands.
+// Beyond the tolerance it moves only where the gate can go no lower: when rebaseWindows windows
+// in a row at the minimum limit were all beyond it, the slowness is the database's own (a heavier
+// query mix, a slower or degraded server), not the gate's load, and the baseline becomes the
+// lowest of their medians.
 type baseline struct {
-	value time.Duration // 0 before the first window
-	slow  int           // windows in a row at the minimum beyond the tolerance
-	least time.Duration // the lowest moving average of those
+	value    time.Duration // 0 before the first window
+	inflight float64       // mean running operations of the window that measured it
+	slow     int           // windows in a row at the minimum beyond the tolerance
+	least    time.Duration // the lowest median of those
 }
 
-// update takes the moving average rtt at the close of a window run at the minimum limit or not,
-// and reports whether the baseline moved up.
-func (b *baseline) update(rtt time.Duration, atMin bool) (rose bool) {
+// update takes the median rtt of a window that lasted d with inflight operations running on
+// average, at the minimum limit or not, and reports whether the baseline rose beyond its
+// tolerance.
+func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
 	switch {
 	case b.value == 0 || rtt <= b.value:
-		b.value, b.slow = rtt, 0
-	case !atMin || rtt <= tolerance(b.value):
+		b.value, b.inflight, b.slow = rtt, inflight, 0
+	case rtt <= tolerance(b.value):
+		b.slow = 0
+		if inflight <= b.inflight+0.5 {
+			b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineDrift)))
+			b.inflight = min(b.inflight, inflight)
+		}
+	case !atMin:
 		b.slow = 0
 	default:
 		if b.slow == 0 || rtt < b.least {
 			b.least = rtt
 		}
 		if b.slow++; b.slow == rebaseWindows {
-			b.value, b.slow = b.least, 0
+			b.value, b.inflight, b.slow = b.least, inflight, 0
 			return true
 		}
 	}
