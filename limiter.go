@@ -302,7 +302,8 @@ func tolerance(base time.Duration) time.Duration {
 // in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The knee is
 // forgotten at once when the hold time below it falls under gradientRecovered of what it was (or,
 // after a fall, of what it should have become): the server has room again (another tenant's
-// load ended).
+// load ended); and when the baseline rose beyond its tolerance, since it was found against the
+// old one.
 type gradientLimit struct {
 	knee     float64       // the limit last lowered from, 0 when none is remembered
 	memory   int           // windows left before knee is forgotten
