@@ -215,7 +215,6 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 		a.smoothed = w.rtt
 	}
 	a.smoothed += (w.rtt - a.smoothed) / smoothing
-	w.base = a.base.value
 	lasting := min(w.raw, a.prevRaw)
 	a.prevRaw = w.raw
 	w.rtt = max(a.smoothed, lasting, w.base)
