@@ -748,32 +748,40 @@ func (b *bench) lockScenario(ctx context.Context, rep *adaptiveReport) error {
 	return nil
 }
 
-// competingLoad runs n sessions of a CPU-bound query on the server for d, each bounded by a
-// statement_timeout of d, so that nothing outlives the phase even if the benchmark dies.
+// competingLoad runs n sessions of a CPU-bound query on the server for d. The statements are
+// short (competeRows: 0.16 s alone on the test machine) and each runs with a statement_timeout
+// of the time the phase has left, so that the load ends with the phase: pgx only stops waiting
+// when its context ends, and a backend left running a long statement would go on taking the
+// server's CPU after it, and after the benchmark if it dies.
 func (b *bench) competingLoad(n int) func(ctx context.Context, d time.Duration) {
 	return func(ctx context.Context, d time.Duration) {
 		var wg sync.WaitGroup
+		end := time.Now().Add(d)
 		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				conn, err := pgx.Connect(ctx, b.ac.url)
 				if err != nil {
 					b.printf("competing load: %v", err)
 					return
 				}
 				defer conn.Close(context.Background())
-				cctx, cancel := context.WithTimeout(ctx, d)
+				cctx, cancel := context.WithDeadline(ctx, end)
 				defer cancel()
-				conn.Exec(cctx, fmt.Sprintf("SET statement_timeout = %d", d.Milliseconds()))
 				for cctx.Err() == nil {
-					conn.Exec(cctx, "SELECT sum(i) FROM generate_series(1, 100000000) AS s(i)")
+					left := max(time.Until(end).Milliseconds(), 1)
+					if _, err := conn.Exec(cctx, "SELECT set_config('statement_timeout', $1, false)", strconv.FormatInt(left, 10)); err != nil {
+						return
+					}
+					conn.Exec(cctx, fmt.Sprintf("SELECT sum(i) FROM generate_series(1, %d) AS s(i)", competeRows))
 				}
-			}()
+			})
 		}
 		wg.Wait()
 	}
 }
+
+// competeRows is the size of the competing load's statement.
+const competeRows = 1000000
 
 func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	ts, err := b.openSet([]int{1, b.ac.P}, true)
