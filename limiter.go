@@ -88,9 +88,10 @@ const (
 	// waiter still left permits idle between arrivals (5–8 % of the goodput); at 4× the next
 	// arrival comes soon enough.
 	sustainedOverload = 4
-	// baselineDrift is the time constant with which the baseline follows slower no-load
-	// measurements within the tolerance (see baseline).
+	// baselineDrift and baselineFall are the time constants with which the baseline follows
+	// slower windows without queueing and faster ones (see baseline).
 	baselineDrift = 2 * time.Second
+	baselineFall  = 500 * time.Millisecond
 	// rebaseWindows: windows in a row at the minimum limit beyond the tolerance that move the
 	// baseline there (see baseline): a second at the usual window length.
 	rebaseWindows = 5
@@ -233,17 +234,22 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.arrivals = 0, 0, 0, 0, 0, 0
 }
 
-// A baseline is the no-load hold time: the lowest window median seen, so that one fast outlier
-// never becomes it (a window median needs half a window's samples). Left there, the lowest of
-// many noisy medians would sink below any typical one and the limit with it, so the baseline
-// drifts up (time constant baselineDrift) towards windows measured at no more concurrency than
-// it was, as long as they are within the tolerance. Beyond the tolerance it stays put: then the
-// limit falls first, so that another tenant taking the server's CPU makes the gate give way,
-// down to its minimum if need be, instead of becoming the new normal while the limit stands.
-// Beyond the tolerance it moves only where the gate can go no lower: when rebaseWindows windows
-// in a row at the minimum limit were all beyond it, the slowness is the database's own (a heavier
-// query mix, a slower or degraded server), not the gate's load, and the baseline becomes the
-// lowest of their medians.
+// A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never
+// becomes it: a median needs half a window's samples). A faster window pulls it down quickly
+// (time constant baselineFall) but not all the way: on a shared machine whose speed varies from
+// one stretch to the next, the fastest of many windows would sink it below any typical one, and
+// the limit with it. A slower window pulls it up slowly (baselineDrift), and only when it shows
+// no queueing at all (within gradientFlat of the baseline) at no more concurrency than the
+// baseline was measured at: so it follows the noise of the windows around it and nothing else.
+// A window that is slower than that, even within the tolerance, leaves it where it is. Were the
+// baseline to follow such windows, another tenant's load taking the server's CPU would raise it
+// step by step while the limit stands, the known failure of limiters built on a moving baseline;
+// left alone, the hold time exceeds the tolerance, the limit falls first, and the gate gives way,
+// down to its minimum if need be.
+// Beyond the tolerance the baseline moves only where the gate can go no lower: when rebaseWindows
+// windows in a row at the minimum limit were all beyond it, the slowness is the database's own (a
+// heavier query mix, a slower or degraded server), not the gate's load, and the baseline becomes
+// the lowest of their medians.
 type baseline struct {
 	value    time.Duration // 0 before the first window
 	inflight float64       // mean running operations of the window that measured it
@@ -256,11 +262,14 @@ type baseline struct {
 // tolerance.
 func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
 	switch {
-	case b.value == 0 || rtt <= b.value:
-		b.value, b.inflight, b.slow = rtt, inflight, 0
+	case b.value == 0:
+		b.value, b.inflight = rtt, inflight
+	case rtt <= b.value:
+		b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineFall)))
+		b.inflight, b.slow = inflight, 0
 	case rtt <= tolerance(b.value):
 		b.slow = 0
-		if inflight <= b.inflight+0.5 {
+		if rtt <= time.Duration(gradientFlat*float64(b.value)) && inflight <= b.inflight+0.5 {
 			b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineDrift)))
 			b.inflight = min(b.inflight, inflight)
 		}
