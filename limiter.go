@@ -372,6 +372,13 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if a.knee > 0 && w.rtt < time.Duration(gradientRecovered*float64(a.kneeRTT)) {
 		a.knee, a.memory, a.fails = 0, 0, 0
 	}
+	if a.knee > 0 {
+		// What the limit below the knee shows while the knee is remembered, at its highest: a
+		// probe rises only from a window without queueing, so the hold time when it failed may
+		// be the fastest of a slower stretch (another tenant's load leaves some windows
+		// untouched), and measured against that the server would never seem to have room again.
+		a.kneeRTT = max(a.kneeRTT, w.rtt)
+	}
 	if !w.limited {
 		return limit
 	}

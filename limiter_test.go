@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -70,6 +71,10 @@ type phase struct {
 	// jitter: the log-normal spread of a factor on every hold time that changes every
 	// jitterSlice, as a shared machine's speed does (0: none).
 	jitter float64
+	// calm: in this share of the jitterSlices the database is calm instead of db (another
+	// tenant's load that leaves some stretches untouched).
+	calm      dbModel
+	calmShare float64
 }
 
 const jitterSlice = 200 * time.Millisecond
@@ -93,17 +98,20 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 		half := now + ph.d/2
 		var ok int
 		var holds []time.Duration
-		slice, factor := time.Duration(-1), 1.0
+		slice, factor, db := time.Duration(-1), 1.0, ph.db
 		for now < end {
-			if ph.jitter > 0 && now/jitterSlice != slice {
-				slice, factor = now/jitterSlice, math.Exp(ph.jitter*jrng.NormFloat64())
+			if (ph.jitter > 0 || ph.calm != nil) && now/jitterSlice != slice {
+				slice, factor, db = now/jitterSlice, math.Exp(ph.jitter*jrng.NormFloat64()), ph.db
+				if ph.calm != nil && jrng.Float64() < ph.calmShare {
+					db = ph.calm
+				}
 			}
 			running := min(a.current(), ph.demand)
 			if running == 0 {
 				now += 10 * time.Millisecond
 				continue
 			}
-			mean := ph.db(running)
+			mean := db(running)
 			if ph.end == outcomeFailed && ph.fast > 0 {
 				mean = ph.fast
 			}
@@ -296,6 +304,30 @@ func TestLimiterGivesWayToAnotherTenantOnANoisyMachine(t *testing.T) {
 		}
 		if g, was := tr.goodput[2], tr.goodput[0]; g < 0.9*was {
 			t.Errorf("after the other tenant stopped goodput %.0f/s, want ≥ 90 %% of the %.0f/s before (limits %v)", g, was, tr.limits[2])
+		}
+	})
+}
+
+func TestLimiterRecoversAfterATenantWhoseLoadCameAndWent(t *testing.T) {
+	// Another tenant's load that leaves some stretches untouched: at the minimum the limit
+	// probes from those and fails. When the tenant stops, the hold time below the knee is no
+	// faster than it was in the untouched stretches, and the limit must come back all the same,
+	// within two seconds (of simulated time).
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		alone, shared := sharedCPU(simS, 2, 0), sharedCPU(simS, 2, 2)
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: alone, demand: 100},
+			{d: 20 * time.Second, db: shared, demand: 100, calm: alone, calmShare: 0.15},
+			{d: 20 * time.Second, db: alone, demand: 100},
+		})
+		before, after := lastOf(tr.limits[0]), tr.limits[2]
+		if lo, _ := rangeOf(tr.limits[1]); lo > 1 {
+			t.Fatalf("while the other tenant ran, the limit never fell to the minimum (limits %v)", tr.limits[1])
+		}
+		back := slices.IndexFunc(after, func(l int) bool { return l >= before-1 })
+		// Windows at the minimum last windowMin here (16 samples of 5 ms take less).
+		if limit := int(2 * time.Second / windowMin); back < 0 || back > limit {
+			t.Errorf("after the other tenant stopped the limit took %d windows to come back to %d, want at most %d (limits %v)", back, before-1, limit, after)
 		}
 	})
 }
