@@ -308,15 +308,15 @@ func tolerance(base time.Duration) time.Duration {
 // (a probe costs one window, not the several the moving average needs to notice), and it does
 // not rise to the knee again for gradientMemory windows, twice that after each probe that failed
 // in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The knee is
-// forgotten at once when the hold time below it falls under gradientRecovered of what it was (or,
-// after a fall, of what it should have become): the server has room again (another tenant's
-// load ended); and when the baseline rose beyond its tolerance, since it was found against the
-// old one.
+// forgotten at once when the hold time below it falls under gradientRecovered of the highest it
+// has been since the knee was found (starting from what it was then or, after a fall, what it
+// should have become): the server has room again (another tenant's load ended); and when the
+// baseline rose beyond its tolerance, since it was found against the old one.
 type gradientLimit struct {
 	knee     float64       // the limit last lowered from, 0 when none is remembered
 	memory   int           // windows left before knee is forgotten
 	fails    int           // probes to the knee that failed in a row
-	kneeRTT  time.Duration // the hold time when the knee was found
+	kneeRTT  time.Duration // the highest hold time below the knee since it was found
 	probed   float64       // the limit before the last window's rise, 0 when it did not rise
 	probeRTT time.Duration
 }
