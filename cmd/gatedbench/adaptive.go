@@ -58,6 +58,7 @@ type adaptiveConfig struct {
 	cpuRows   int
 	auto      string // the value of gate_concurrent for the auto contender
 	compete   int    // drop: competing CPU-bound sessions
+	dropOnly  string // drop: the contenders to run, comma-separated names ("" for all)
 
 	overheadRun time.Duration // overhead: measured time of one closed-loop run
 }
@@ -81,6 +82,7 @@ func runAdaptiveCmd(args []string, out, log io.Writer) int {
 	fs.StringVar(&ac.auto, "auto", ac.auto, "gate_concurrent of the auto contender")
 	fs.DurationVar(&ac.overheadRun, "overhead-run", 2*time.Second, "overhead: measured time of one closed-loop run")
 	fs.IntVar(&ac.compete, "compete", runtime.NumCPU(), "drop: competing CPU-bound sessions on the server (default: as many as this machine's CPUs, which the server shares here)")
+	fs.StringVar(&ac.dropOnly, "drop-contenders", "", "drop: run only these contenders, comma-separated (of \"B=1 Q=0\", B=1, B=P's name, auto, failsafe-go)")
 	scen := fs.String("scenarios", strings.Join(adaptiveScenarios[:len(adaptiveScenarios)-1], ","), "scenarios: "+strings.Join(adaptiveScenarios, ","))
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -808,6 +810,15 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.compete)}, {d: phase, rate: rate, work: w}}
 	}
 	keep := []*adTarget{floor, ts[0], ts[1], ts[2], ts[4]} // B=1 Q=0, B=1, B=P, auto, peer
+	if b.ac.dropOnly != "" {
+		only := strings.Split(b.ac.dropOnly, ",")
+		for _, n := range only {
+			if !slices.Contains(names(keep), n) {
+				return fmt.Errorf("-drop-contenders: no contender %q (there are %q)", n, names(keep))
+			}
+		}
+		keep = slices.DeleteFunc(keep, func(t *adTarget) bool { return !slices.Contains(only, t.name) })
+	}
 	saved := b.ac.rounds
 	b.ac.rounds = max(1, saved/2)
 	res, err := b.rounds(ctx, keep, 3, phases, 400, "drop 3×")
