@@ -255,57 +255,43 @@ func TestLimiterGivesWayToAnotherTenant(t *testing.T) {
 	// Another tenant's two CPU-bound sessions share the server's two cores: every permit makes
 	// every operation slower, and one operation alone is 1.3 times as slow as before. The limit
 	// falls first, down to the minimum, and then takes back no more than the tenant's share
-	// allows: the hold time it gets at the minimum, within the tolerance.
-	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
-		alone, shared := sharedCPU(simS, 2, 0), sharedCPU(simS, 2, 2)
-		tr := simulate(alg, 1, simP, []phase{
-			{d: 20 * time.Second, db: alone, demand: 100},
-			{d: 20 * time.Second, db: shared, demand: 100},
-			{d: 20 * time.Second, db: alone, demand: 100},
+	// allows: the hold time it gets at the minimum, within the tolerance. On a noisy machine
+	// every hold time of a 200ms stretch is slower or faster by a common factor (log-normal,
+	// 10 %): the limit falls as far, and recovers as far when the other tenant stops (a
+	// baseline that took the fastest window for the no-load hold time would keep it below).
+	for _, c := range []struct {
+		name   string
+		jitter float64
+		hi     int // the highest limit over the second half of the tenant's load (a probe from an untouched stretch on the noisy machine)
+	}{{"steady machine", 0, 2}, {"noisy machine", 0.1, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+				alone, shared := sharedCPU(simS, 2, 0), sharedCPU(simS, 2, 2)
+				tr := simulate(alg, 1, simP, []phase{
+					{d: 20 * time.Second, db: alone, demand: 100, jitter: c.jitter},
+					{d: 20 * time.Second, db: shared, demand: 100, jitter: c.jitter},
+					{d: 20 * time.Second, db: alone, demand: 100, jitter: c.jitter},
+				})
+				before := lastOf(tr.limits[0])
+				during := tr.limits[1]
+				if lo, _ := rangeOf(during); lo > 1 {
+					t.Errorf("while the other tenant ran, the limit never fell to the minimum (limits %v)", during)
+				}
+				if _, hi := rangeOf(during[len(during)/2:]); hi > c.hi {
+					t.Errorf("while the other tenant ran, the limit rose to %d (limits %v)", hi, during)
+				}
+				if p50, want := tr.holdP50[1], shared(2)*105/100; p50 > want {
+					t.Errorf("while the other tenant ran, hold p50 %v, want ≤ %v (limits %v)", p50, want, during)
+				}
+				if after := lastOf(tr.limits[2]); after < before-1 {
+					t.Errorf("limit %d after the other tenant stopped, %d before (limits %v)", after, before, tr.limits[2])
+				}
+				if g, was := tr.goodput[2], tr.goodput[0]; g < 0.95*was {
+					t.Errorf("after the other tenant stopped goodput %.0f/s, want ≥ 95 %% of the %.0f/s before (limits %v)", g, was, tr.limits[2])
+				}
+			})
 		})
-		before := lastOf(tr.limits[0])
-		during := tr.limits[1]
-		if lo, _ := rangeOf(during); lo > 1 {
-			t.Errorf("while the other tenant ran, the limit never fell to the minimum (limits %v)", during)
-		}
-		if _, hi := rangeOf(during[len(during)/2:]); hi > 2 {
-			t.Errorf("while the other tenant ran, the limit rose to %d (limits %v)", hi, during)
-		}
-		if p50, want := tr.holdP50[1], shared(2)*105/100; p50 > want {
-			t.Errorf("while the other tenant ran, hold p50 %v, want ≤ %v (limits %v)", p50, want, during)
-		}
-		if after := lastOf(tr.limits[2]); after < before-1 {
-			t.Errorf("limit %d after the other tenant stopped, %d before (limits %v)", after, before, tr.limits[2])
-		}
-		if g, was := tr.goodput[2], tr.goodput[0]; g < 0.95*was {
-			t.Errorf("after the other tenant stopped goodput %.0f/s, want ≥ 95 %% of the %.0f/s before (limits %v)", g, was, tr.limits[2])
-		}
-	})
-}
-
-func TestLimiterGivesWayToAnotherTenantOnANoisyMachine(t *testing.T) {
-	// As above, with every hold time of a 200ms stretch slower or faster by a common factor
-	// (log-normal, 10 %), as on a shared machine: the limit falls as far, and recovers as far
-	// when the other tenant stops. A baseline that took the fastest window for the no-load hold
-	// time would stay below it, and the limit below where it was.
-	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
-		alone, shared := sharedCPU(simS, 2, 0), sharedCPU(simS, 2, 2)
-		tr := simulate(alg, 1, simP, []phase{
-			{d: 20 * time.Second, db: alone, demand: 100, jitter: 0.1},
-			{d: 20 * time.Second, db: shared, demand: 100, jitter: 0.1},
-			{d: 20 * time.Second, db: alone, demand: 100, jitter: 0.1},
-		})
-		during := tr.limits[1]
-		if lo, _ := rangeOf(during); lo > 1 {
-			t.Errorf("while the other tenant ran, the limit never fell to the minimum (limits %v)", during)
-		}
-		if p50, want := tr.holdP50[1], shared(2)*105/100; p50 > want {
-			t.Errorf("while the other tenant ran, hold p50 %v, want ≤ %v (limits %v)", p50, want, during)
-		}
-		if g, was := tr.goodput[2], tr.goodput[0]; g < 0.9*was {
-			t.Errorf("after the other tenant stopped goodput %.0f/s, want ≥ 90 %% of the %.0f/s before (limits %v)", g, was, tr.limits[2])
-		}
-	})
+	}
 }
 
 func TestLimiterRecoversAfterATenantWhoseLoadCameAndWent(t *testing.T) {
