@@ -265,12 +265,12 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, 
 	case b.value == 0:
 		b.value, b.inflight = rtt, inflight
 	case rtt <= b.value:
-		b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineFall)))
+		b.toward(rtt, d, baselineFall)
 		b.inflight, b.slow = inflight, 0
 	case rtt <= tolerance(b.value):
 		b.slow = 0
 		if rtt <= time.Duration(gradientFlat*float64(b.value)) && inflight <= b.inflight+0.5 {
-			b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(baselineDrift)))
+			b.toward(rtt, d, baselineDrift)
 			b.inflight = min(b.inflight, inflight)
 		}
 	case !atMin:
@@ -285,6 +285,11 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, 
 		}
 	}
 	return false
+}
+
+// toward moves the baseline toward rtt, measured by a window that lasted d, with time constant tau.
+func (b *baseline) toward(rtt, d, tau time.Duration) {
+	b.value += time.Duration(float64(rtt-b.value) * min(1, float64(d)/float64(tau)))
 }
 
 // tolerance is the longest hold time that shows no queueing worth a permit against base: base

@@ -811,10 +811,10 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	keep := []*adTarget{floor, ts[0], ts[1], ts[2], ts[4]} // B=1 Q=0, B=1, B=P, auto, peer
 	if b.ac.dropOnly != "" {
-		only := strings.Split(b.ac.dropOnly, ",")
+		only, all := strings.Split(b.ac.dropOnly, ","), names(keep)
 		for _, n := range only {
-			if !slices.Contains(names(keep), n) {
-				return fmt.Errorf("-drop-contenders: no contender %q (there are %q)", n, names(keep))
+			if !slices.Contains(all, n) {
+				return fmt.Errorf("-drop-contenders: no contender %q (there are %q)", n, all)
 			}
 		}
 		keep = slices.DeleteFunc(keep, func(t *adTarget) bool { return !slices.Contains(only, t.name) })
