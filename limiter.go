@@ -66,7 +66,7 @@ type windowStats struct {
 	raw      time.Duration // this window's median alone
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
 	inflight float64       // mean running operations at the samples
-	rebased  bool          // the baseline rose beyond its tolerance with this window: what was learnt against the old one is void
+	rebased  bool          // the baseline rose with this window after lasting queueing at the minimum: what was learnt against the old one is void
 	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
 	ok       int           // samples that ended normally
 	overload int           // samples ended by a timeout or a load refusal
@@ -92,7 +92,7 @@ const (
 	// slower windows without queueing and faster ones (see baseline).
 	baselineDrift = 2 * time.Second
 	baselineFall  = 500 * time.Millisecond
-	// rebaseWindows: windows in a row at the minimum limit beyond the tolerance that move the
+	// rebaseWindows: windows in a row at the minimum limit beyond gradientFlat that move the
 	// baseline there (see baseline): a second at the usual window length.
 	rebaseWindows = 5
 )
@@ -246,20 +246,23 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 // step by step while the limit stands, the known failure of limiters built on a moving baseline;
 // left alone, the hold time exceeds the tolerance, the limit falls first, and the gate gives way,
 // down to its minimum if need be.
-// Beyond the tolerance the baseline moves only where the gate can go no lower: when rebaseWindows
-// windows in a row at the minimum limit were all beyond it, the slowness is the database's own (a
-// heavier query mix, a slower or degraded server), not the gate's load, and the baseline becomes
-// the lowest of their medians.
+// Beyond gradientFlat the baseline moves only where the gate can go no lower: when rebaseWindows
+// windows in a row at the minimum limit all showed queueing, within the tolerance or beyond it,
+// the slowness is the database's own (a heavier query mix, a slower, degraded or shared server),
+// not the gate's load, and the baseline becomes the lowest of their medians. Within the tolerance
+// too: on a machine that runs slower for a while, the hold time at the minimum sits about the
+// tolerance, on either side of it from one window to the next, and the limit, which cannot fall
+// further, must not stay there against a baseline of faster times.
 type baseline struct {
 	value    time.Duration // 0 before the first window
 	inflight float64       // mean running operations of the window that measured it
-	slow     int           // windows in a row at the minimum beyond the tolerance
+	slow     int           // windows in a row at the minimum beyond gradientFlat
 	least    time.Duration // the lowest median of those
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
-// average, at the minimum limit or not, and reports whether the baseline rose beyond its
-// tolerance.
+// average, at the minimum limit or not, and reports whether it rebased: rose after lasting
+// queueing at the minimum.
 func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
 	switch {
 	case b.value == 0:
@@ -267,9 +270,9 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, 
 	case rtt <= b.value:
 		b.toward(rtt, d, baselineFall)
 		b.inflight, b.slow = inflight, 0
-	case rtt <= tolerance(b.value):
+	case rtt <= time.Duration(gradientFlat*float64(b.value)):
 		b.slow = 0
-		if rtt <= time.Duration(gradientFlat*float64(b.value)) && inflight <= b.inflight+0.5 {
+		if inflight <= b.inflight+0.5 {
 			b.toward(rtt, d, baselineDrift)
 			b.inflight = min(b.inflight, inflight)
 		}
@@ -308,22 +311,24 @@ func tolerance(base time.Duration) time.Duration {
 // even one more permit but the hold time shows no queueing at all (within gradientFlat of the
 // baseline, as at a limit of 1), it rises by one.
 //
-// A limit it had to leave is the knee. A rise is a probe: if the very next window's own median
-// is not clearly within the tolerance (gradientProbeMargin of it), the limit goes straight back
-// (a probe costs one window, not the several the moving average needs to notice), and it does
-// not rise to the knee again for gradientMemory windows, twice that after each probe that failed
-// in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The knee is
-// forgotten at once when the hold time below it falls under gradientRecovered of the highest it
-// has been since the knee was found (starting from what it was then or, after a fall, what it
-// should have become): the server has room again (another tenant's load ended); and when the
-// baseline rose beyond its tolerance, since it was found against the old one.
+// A limit it had to leave is the knee. A rise is a probe: if the very next window's own median is
+// not clearly within the tolerance (gradientProbeMargin of it) and the rise did not buy throughput
+// (gradientProbeGain), the limit goes straight back (a probe costs one window, not the several the
+// moving average needs to notice), and it does not rise to the knee again for gradientMemory
+// windows, twice that after each probe that failed in a row (up to gradientMemoryMax), so that
+// under steady load it stays where it is. The knee is forgotten at once when the hold time below it
+// falls under gradientRecovered of the highest it has been since the knee was found (starting from
+// what it was then or, after a fall, what it should have become): the server has room again
+// (another tenant's load ended); and when the baseline rebased, since it was found against the old
+// one.
 type gradientLimit struct {
-	knee     float64       // the limit last lowered from, 0 when none is remembered
-	memory   int           // windows left before knee is forgotten
-	fails    int           // probes to the knee that failed in a row
-	kneeRTT  time.Duration // the highest hold time below the knee since it was found
-	probed   float64       // the limit before the last window's rise, 0 when it did not rise
-	probeRTT time.Duration
+	knee      float64       // the limit last lowered from, 0 when none is remembered
+	memory    int           // windows left before knee is forgotten
+	fails     int           // probes to the knee that failed in a row
+	kneeRTT   time.Duration // the highest hold time below the knee since it was found
+	probed    float64       // the limit before the last window's rise, 0 when it did not rise
+	probeRTT  time.Duration
+	probeRate float64 // what the window before the rise served: running operations per second of hold time
 }
 
 const (
@@ -335,6 +340,11 @@ const (
 	// between two limits that serve alike (past the knee, where only the latency grows) the
 	// lower one wins instead of a walk between them.
 	gradientProbeMargin = 0.9
+	// gradientProbeGain: a rise whose median is within the tolerance but not clearly so stays
+	// all the same when its window served this much more than the one before it: the permit
+	// buys throughput (Protego's marginal-throughput rule), as where the server's cores are
+	// shared with a client whose share shrinks as more backends run.
+	gradientProbeGain = 1.05
 	// latencySlack is the least hold time the tolerance allows above the baseline: for fast
 	// queries (SELECT 1 takes 50 µs here) the client's own CPU makes the hold time grow with
 	// the concurrency long before the database is saturated, and throughput still grows with
@@ -342,6 +352,22 @@ const (
 	// ceiling bounds such a gate, as a fixed B does.
 	latencySlack = time.Millisecond
 )
+
+// probeHolds reports whether the rise before window w stays: its own median clearly within the
+// tolerance tol, or within it while the window served gradientProbeGain more than the one before.
+func (a *gradientLimit) probeHolds(w *windowStats, tol float64) bool {
+	raw := float64(w.raw)
+	return raw <= gradientProbeMargin*tol || raw <= tol && servedRate(w) >= gradientProbeGain*a.probeRate
+}
+
+// servedRate is the throughput a window shows by Little's law: its operations running on average
+// over its median hold time.
+func servedRate(w *windowStats) float64 {
+	if w.raw <= 0 {
+		return 0
+	}
+	return w.inflight / w.raw.Seconds()
+}
 
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if w.rebased {
@@ -357,7 +383,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	rtt, base, tol := float64(w.rtt), float64(w.base), float64(tolerance(w.base))
 	probed := a.probed
 	a.probed = 0
-	if probed > 0 && float64(w.raw) > gradientProbeMargin*tol {
+	if probed > 0 && !a.probeHolds(w, tol) {
 		// The probe failed: back at once, and wait longer before the next one.
 		a.fails++
 		a.setKnee(cur, a.probeRTT)
@@ -400,7 +426,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if next <= cur {
 		return limit
 	}
-	a.probed, a.probeRTT = cur, w.rtt
+	a.probed, a.probeRTT, a.probeRate = cur, w.rtt, servedRate(w)
 	return next
 }
 
