@@ -197,13 +197,20 @@ func forAlgorithms(t *testing.T, f func(t *testing.T, alg func() limitAlgorithm)
 	}
 }
 
+// wantGoodput fails t unless the goodput over phase i of tr is at least share of ref, the
+// goodput of what.
+func wantGoodput(t *testing.T, tr simTrace, i int, share, ref float64, what string) {
+	t.Helper()
+	if g := tr.goodput[i]; g < share*ref {
+		t.Errorf("goodput %.0f/s, want ≥ %.0f %% of %s's %.0f/s (limits %v)", g, 100*share, what, ref, tr.limits[i])
+	}
+}
+
 func TestLimiterCPUBoundSettlesAtTheKnee(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
 		db := cpuBound(simS, 2)
 		tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db, demand: 100}})
-		if g, best := tr.goodput[0], db.best(simP); g < 0.95*best {
-			t.Errorf("goodput %.0f/s, want ≥ 95 %% of the best fixed limit's %.0f/s (limits %v)", g, best, tr.limits[0])
-		}
+		wantGoodput(t, tr, 0, 0.95, db.best(simP), "the best fixed limit")
 		if p50 := tr.holdP50[0]; p50 > 2*simS {
 			t.Errorf("hold p50 %v, want ≤ 2× the unloaded %v (limits %v)", p50, simS, tr.limits[0])
 		}
@@ -216,9 +223,7 @@ func TestLimiterKeepsAPermitThatBuysThroughput(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
 		db := clientShared(simS)
 		tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db, demand: 100}})
-		if g, best := tr.goodput[0], db.best(simP); g < 0.97*best {
-			t.Errorf("goodput %.0f/s, want ≥ 97 %% of the best fixed limit's %.0f/s (limits %v)", g, best, tr.limits[0])
-		}
+		wantGoodput(t, tr, 0, 0.97, db.best(simP), "the best fixed limit")
 	})
 }
 
@@ -235,9 +240,7 @@ func TestLimiterFastQueryKeepsTheThroughputOfTheCeiling(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
 		db := dbModel(fastClientBound)
 		tr := simulate(alg, 1, simP, []phase{{d: 5 * time.Second, db: db, demand: 100}})
-		if g, atP := tr.goodput[0], db.goodput(simP); g < 0.97*atP {
-			t.Errorf("goodput %.0f/s, want ≥ 0.97 of the fixed limit P's %.0f/s (limits %v)", g, atP, tr.limits[0])
-		}
+		wantGoodput(t, tr, 0, 0.97, db.goodput(simP), "the fixed limit P")
 	})
 }
 
@@ -245,9 +248,7 @@ func TestLimiterLockBoundKeepsGoodput(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
 		db := lockBound(1500*time.Microsecond, 600*time.Microsecond)
 		tr := simulate(alg, 1, simP, []phase{{d: 20 * time.Second, db: db, demand: 100}})
-		if g, atP := tr.goodput[0], db.goodput(simP); g < 0.97*atP {
-			t.Errorf("goodput %.0f/s, want ≥ 0.97 of the fixed limit P's %.0f/s (limits %v)", g, atP, tr.limits[0])
-		}
+		wantGoodput(t, tr, 0, 0.97, db.goodput(simP), "the fixed limit P")
 	})
 }
 
@@ -411,9 +412,7 @@ func TestLimiterFollowsAHeavierQueryMix(t *testing.T) {
 			{d: 20 * time.Second, db: cpuBound(simS, 2), demand: 100},
 			{d: 60 * time.Second, db: heavy, demand: 100},
 		})
-		if g, best := tr.goodput[1], heavy.best(simP); g < 0.95*best {
-			t.Errorf("goodput %.0f/s, want ≥ 95 %% of %.0f/s (limits %v)", g, best, tr.limits[1])
-		}
+		wantGoodput(t, tr, 1, 0.95, heavy.best(simP), "the best fixed limit")
 	})
 }
 
