@@ -67,6 +67,7 @@ type windowStats struct {
 	base     time.Duration // the no-load baseline (see baseline), never above rtt's window
 	inflight float64       // mean running operations at the samples
 	rebased  bool          // the baseline rose with this window after lasting queueing at the minimum: what was learnt against the old one is void
+	unproven bool          // the baseline rose so, and no window at more concurrency has shown it to be the no-load hold time since (see baseline)
 	limited  bool          // demand pressed on the limit: at one sample in limitedShare or more, running ≥ limit or operations waited
 	ok       int           // samples that ended normally
 	overload int           // samples ended by a timeout or a load refusal
@@ -207,7 +208,7 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	w.raw = w.rtt
 	a.sustained = a.arrivals >= sustainedOverload*n
 	w.rebased = a.base.update(w.rtt, w.inflight, d, a.current() <= a.min)
-	w.base = a.base.value
+	w.base, w.unproven = a.base.value, a.base.prior > 0
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
 	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
@@ -253,11 +254,20 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 // too: on a machine that runs slower for a while, the hold time at the minimum sits about the
 // tolerance, on either side of it from one window to the next, and the limit, which cannot fall
 // further, must not stay there against a baseline of faster times.
+// A baseline so raised is unproven: it may hold another tenant's queueing as well as the
+// database's own slowness, and a tolerance on top of it would compound the two. It is proven when
+// a window at more concurrency than it was measured at shows no queueing against it (within
+// gradientFlat): the server had room, so the slowness is its own. Until then a rise from the
+// minimum must show just that to stay (gradientLimit.probeHolds): under a tenant that takes the
+// cores a second operation queues behind the tenant's (a third more hold time on two cores with
+// two competing sessions), on a slower machine or with a heavier query it does not. It is also
+// proven when it falls back within gradientFlat of the one it replaced: the slowness has passed.
 type baseline struct {
 	value    time.Duration // 0 before the first window
 	inflight float64       // mean running operations of the window that measured it
 	slow     int           // windows in a row at the minimum beyond gradientFlat
 	least    time.Duration // the lowest median of those
+	prior    time.Duration // the baseline before a rebase not yet proven, 0 when none
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
@@ -270,11 +280,16 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, 
 	case rtt <= b.value:
 		b.toward(rtt, d, baselineFall)
 		b.inflight, b.slow = inflight, 0
+		if b.value <= time.Duration(gradientFlat*float64(b.prior)) {
+			b.prior = 0
+		}
 	case rtt <= time.Duration(gradientFlat*float64(b.value)):
 		b.slow = 0
 		if inflight <= b.inflight+0.5 {
 			b.toward(rtt, d, baselineDrift)
 			b.inflight = min(b.inflight, inflight)
+		} else {
+			b.prior = 0
 		}
 	case !atMin:
 		b.slow = 0
@@ -283,6 +298,9 @@ func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, 
 			b.least = rtt
 		}
 		if b.slow++; b.slow == rebaseWindows {
+			if b.prior == 0 {
+				b.prior = b.value
+			}
 			b.value, b.inflight, b.slow = b.least, inflight, 0
 			return true
 		}
@@ -355,8 +373,12 @@ const (
 
 // probeHolds reports whether the rise before window w stays: its own median clearly within the
 // tolerance tol, or within it while the window served gradientProbeGain more than the one before.
+// Against an unproven baseline (see baseline) it must show no queueing at all.
 func (a *gradientLimit) probeHolds(w *windowStats, tol float64) bool {
 	raw := float64(w.raw)
+	if w.unproven {
+		return raw <= gradientFlat*float64(w.base)
+	}
 	return raw <= gradientProbeMargin*tol || raw <= tol && servedRate(w) >= gradientProbeGain*a.probeRate
 }
 
@@ -392,6 +414,9 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	}
 	if probed > 0 {
 		a.fails = 0
+		// Only this window ran at the new limit: its own median, not an average of windows at
+		// the old one, says whether there is room for more.
+		rtt = max(rtt, float64(w.raw))
 	}
 	if rtt > tol {
 		next := limit * max(0.5, (1+tol/rtt)/2)

@@ -20,8 +20,14 @@ import (
 type dbModel func(n int) time.Duration
 
 // cpuBound: latency grows linearly past the cores.
-func cpuBound(s time.Duration, cores int) dbModel {
-	return func(n int) time.Duration { return s * time.Duration(max(n, cores)) / time.Duration(cores) }
+func cpuBound(s time.Duration, cores int) dbModel { return cpuTaken(s, cores, 0) }
+
+// cpuTaken: cpuBound on a server where others runnable processes of another tenant take their
+// share of the cores.
+func cpuTaken(s time.Duration, cores, others int) dbModel {
+	return func(n int) time.Duration {
+		return s * time.Duration(max(n+others, cores)) / time.Duration(cores)
+	}
 }
 
 // sharedCPU: an operation of s that spends 60 % of it on the server's CPU and the rest outside
@@ -319,6 +325,26 @@ func TestLimiterGivesWayToAnotherTenant(t *testing.T) {
 	}
 }
 
+func TestLimiterStaysAtTheMinimumWhileATenantTakesTheCores(t *testing.T) {
+	// Another tenant's two CPU-bound sessions take the server's two cores from a CPU-bound
+	// query: one operation alone is 1.5 times as slow, and a second makes both a third slower
+	// again (within the tolerance of a baseline raised to the first). The rebase at the minimum
+	// must not let the limit take that second permit: it would queue behind the tenant.
+	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+		alone, taken := cpuBound(simS, 2), cpuTaken(simS, 2, 2)
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: alone, demand: 100, jitter: 0.1},
+			{d: 20 * time.Second, db: taken, demand: 100, jitter: 0.1},
+			{d: 20 * time.Second, db: alone, demand: 100, jitter: 0.1},
+		})
+		during := tr.limits[1]
+		if p50, want := tr.holdP50[1], taken(1)*110/100; p50 > want {
+			t.Errorf("while the other tenant ran, hold p50 %v, want ≤ %v, 1.1× its hold time at the minimum (limits %v)", p50, want, during)
+		}
+		wantGoodput(t, tr, 2, 0.95, tr.goodput[0], "the goodput before the tenant")
+	})
+}
+
 func TestLimiterRecoversAfterATenantWhoseLoadCameAndWent(t *testing.T) {
 	// Another tenant's load that leaves some stretches untouched: at the minimum the limit
 	// probes from those and fails. When the tenant stops, the hold time below the knee is no
@@ -400,6 +426,59 @@ func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *
 	}
 	if b.value != ms(5.6) {
 		t.Errorf("after %d windows in a row at the minimum within the tolerance but beyond gradientFlat the baseline is %v, want the lowest of them, 5.6ms", rebaseWindows, b.value)
+	}
+}
+
+func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	win := 200 * time.Millisecond
+	rebase := func(b *baseline, rtt time.Duration) {
+		t.Helper()
+		for i := range rebaseWindows {
+			if rebased := b.update(rtt, 1, win, true); rebased != (i == rebaseWindows-1) {
+				t.Fatalf("window %d of %v at the minimum: rebased %v", i+1, rtt, rebased)
+			}
+		}
+	}
+	var b baseline
+	b.update(ms(2), 1, win, true)
+	if b.prior != 0 {
+		t.Fatalf("a first baseline is unproven")
+	}
+	rebase(&b, ms(3))
+	if b.value != ms(3) || b.prior != ms(2) {
+		t.Fatalf("after a rebase: baseline %v, replacing %v; want 3ms replacing 2ms", b.value, b.prior)
+	}
+	// At the concurrency it was measured at, no window proves it.
+	b.update(ms(3.2), 1, win, true)
+	if b.prior == 0 {
+		t.Fatalf("a window at the minimum within gradientFlat proved the baseline")
+	}
+	// A second rebase keeps the baseline it replaced first.
+	rebase(&b, ms(4))
+	if b.prior != ms(2) {
+		t.Fatalf("after a second rebase the baseline replaced is %v, want 2ms", b.prior)
+	}
+	// Queueing at more concurrency proves nothing; no queueing there proves it.
+	b.update(ms(5.2), 2, win, false)
+	if b.prior == 0 {
+		t.Fatalf("a window at 2 running at 1.3× the baseline proved it")
+	}
+	b.update(ms(4.4), 2, win, false)
+	if b.prior != 0 || b.value != ms(4) {
+		t.Fatalf("a window at 2 running within gradientFlat: baseline %v, unproven %v; want 4ms, proven", b.value, b.prior > 0)
+	}
+	// Falling back within gradientFlat of the one it replaced proves it too.
+	rebase(&b, ms(6))
+	for b.prior != 0 {
+		before := b.value
+		b.update(ms(4), 1, win, true)
+		if b.prior != 0 && b.value <= time.Duration(gradientFlat*float64(ms(4))) {
+			t.Fatalf("baseline %v within gradientFlat of the 4ms it replaced, still unproven", b.value)
+		}
+		if b.value >= before {
+			t.Fatalf("a faster window left the baseline at %v", b.value)
+		}
 	}
 }
 
@@ -628,6 +707,21 @@ func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
 		if a.sustained != c.want {
 			t.Errorf("%d arrivals per ended operation: sustained = %v, want %v", c.perEnd, a.sustained, c.want)
 		}
+	}
+}
+
+func TestLimiterJudgesTheNextRiseByTheProbeAlone(t *testing.T) {
+	g := new(gradientLimit)
+	base := 4 * time.Millisecond // tolerance 6ms, gradientFlat 4.8ms
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	// Little queueing at 2: a probe to 3.
+	if up := g.next(2, &windowStats{rtt: ms(4.4), raw: ms(4.4), base: base, inflight: 2, limited: true, ok: 100}); up != 3 {
+		t.Fatalf("no probe from 2 with the hold time at 1.1× the baseline: %v", up)
+	}
+	// The probe holds (5.2ms, within the margin), while the average over windows, still mostly
+	// at 2, is 4.6ms: within gradientFlat, but the only window at 3 is not.
+	if got := g.next(3, &windowStats{rtt: ms(4.6), raw: ms(5.2), base: base, inflight: 3, limited: true, ok: 100}); got != 3 {
+		t.Errorf("after a probe to 3 at 1.3× the baseline the limit went on to %v", got)
 	}
 }
 
