@@ -254,10 +254,10 @@ func TestAutoGateLearnsFromReleaseSamples(t *testing.T) {
 	}
 }
 
-// The invariants under churn: 10,000 callers come and go while the limit is driven up and down.
-// A permit is never granted above the limit (an operation whose acquire saw no change of the
-// limit finds running within it), running + waiting never exceeds the ceiling + Q, and everything
-// is back when quiet.
+// The invariants under churn: 10,000 callers come and go while the limit is driven up and down,
+// in and out of sustained overload. A permit is never granted above the limit (an operation whose
+// acquire saw no change of the limit finds running within it), running + waiting never exceeds
+// the ceiling + Q, and everything is back when quiet.
 func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 	const ceiling, q, workers, perWorker = 8, 8, 100, 100
 	g := newAutoGate(ceiling, q, 4, 2*time.Millisecond)
@@ -287,6 +287,8 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 			g.mu.Lock()
 			g.setLimitLocked(1 + r.IntN(ceiling))
 			epoch.Add(1)
+			// In and out of sustained overload, whose queue refuses the aged and the oldest.
+			g.lim.sustained, g.lim.service = r.IntN(2) == 0, time.Duration(r.IntN(4000))*time.Microsecond
 			g.mu.Unlock()
 			time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
 		}
