@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -98,98 +97,36 @@ func TestAutoQueueBoundRefusesAtOnceBeyondHalfAServiceTime(t *testing.T) {
 	<-a
 }
 
-// sustain puts an auto gate in sustained overload with a median hold time of service (a
-// sojourn of queueDelay(service)).
-func sustain(g *gate, service time.Duration) {
+// In sustained overload the one waiter is the newest arrival: the one before it is refused.
+func TestAutoGateInSustainedOverloadServesTheNewestArrival(t *testing.T) {
+	g := newAutoGate(8, 8, 1, time.Minute)
 	g.mu.Lock()
-	g.lim.service, g.lim.sustained = service, true
+	g.lim.service, g.lim.sustained = 10*time.Millisecond, true
 	g.mu.Unlock()
-}
-
-// In sustained overload the queue is served newest first, and it holds more than one waiter: two
-// permits that free before the next arrival both pass on.
-func TestAutoGateInSustainedOverloadServesNewestFirstFromTheWholeQueue(t *testing.T) {
-	g := newAutoGate(8, 8, 2, time.Minute)
-	sustain(g, 10*time.Second) // a sojourn of 5 s: nobody waits that long here
 	mustAcquire(t, g)
-	mustAcquire(t, g)
-	older := acquireAsync(t, g, context.Background())
-	newer := make(chan error, 1)
+	oldest := acquireAsync(t, g, context.Background())
+	newest := make(chan error, 1)
 	go func() {
 		_, err := g.acquire(context.Background())
-		newer <- err
+		newest <- err
 	}()
-	waitFor(t, "the second arrival queued or refused", func() bool {
-		s := gateStats(g)
-		return s.Waiting == 2 || s.RejectedTimeout > 0
-	})
-	if s := gateStats(g); s.Waiting != 2 || s.RejectedTimeout != 0 {
-		t.Fatalf("stats = %+v, want both arrivals waiting, none refused", s)
+	select {
+	case err := <-oldest:
+		if !errors.Is(err, ErrAdmissionTimeout) {
+			t.Fatalf("the displaced waiter got %v, want ErrAdmissionTimeout", err)
+		}
+	case err := <-newest:
+		t.Fatalf("the newest arrival got %v while the oldest kept waiting", err)
+	}
+	waitFor(t, "the newest arrival queued", func() bool { return gateStats(g).Waiting == 1 })
+	g.release(nil)
+	if err := <-newest; err != nil {
+		t.Fatalf("the newest arrival: %v", err)
+	}
+	if s := gateStats(g); s.Running != 1 || s.Waiting != 0 || s.RejectedTimeout != 1 || s.Admitted != 2 {
+		t.Errorf("stats = %+v, want 1 running, none waiting, 1 refused, 2 admitted", s)
 	}
 	g.release(nil)
-	if err := <-newer; err != nil {
-		t.Fatalf("the newer waiter: %v", err)
-	}
-	if s := gateStats(g); s.Running != 2 || s.Waiting != 1 {
-		t.Fatalf("stats = %+v after the first release, want 2 running and the older waiting", s)
-	}
-	g.release(nil) // before any other arrival: the older waiter takes it, no permit idles
-	if err := <-older; err != nil {
-		t.Fatalf("the older waiter: %v", err)
-	}
-	if s := gateStats(g); s.Running != 2 || s.Waiting != 0 || s.Admitted != 4 {
-		t.Errorf("stats = %+v, want 2 running, none waiting, 4 admitted", s)
-	}
-	g.release(nil)
-	g.release(nil)
-}
-
-// In sustained overload a waiter that has waited longer than the sojourn is refused at the next
-// arrival or release, and a full queue refuses its oldest waiter to take the newest arrival.
-func TestAutoGateInSustainedOverloadRefusesTheAgedAndTheOldest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := newAutoGate(1, 2, 1, time.Minute)
-		defer g.close() // wakes any waiter a failed check leaves behind
-		sustain(g, 10*time.Millisecond)
-		sojourn := queueDelay(10 * time.Millisecond)
-		// arrive starts an acquire and returns once it is queued, refused or served.
-		arrive := func() <-chan error {
-			c := make(chan error, 1)
-			go func() {
-				_, err := g.acquire(context.Background())
-				c <- err
-			}()
-			synctest.Wait()
-			return c
-		}
-		mustAcquire(t, g)
-		first := arrive()
-		time.Sleep(sojourn + time.Millisecond)
-		second := arrive()
-		if err := <-first; !errors.Is(err, ErrAdmissionTimeout) {
-			t.Fatalf("the waiter past the sojourn got %v at the next arrival, want ErrAdmissionTimeout", err)
-		}
-		third := arrive()
-		fourth := arrive() // the queue (Q = 2) is full: the newest arrival takes the oldest's place
-		if err := <-second; !errors.Is(err, ErrAdmissionTimeout) {
-			t.Fatalf("the oldest waiter of a full queue got %v, want ErrAdmissionTimeout", err)
-		}
-		if s := gateStats(g); s.Waiting != 2 || s.RejectedFull != 0 || s.RejectedTimeout != 2 {
-			t.Fatalf("stats = %+v, want 2 waiting, 2 refused by timeout, none as full", s)
-		}
-		g.release(nil)
-		if err := <-fourth; err != nil {
-			t.Fatalf("the newest waiter: %v", err)
-		}
-		time.Sleep(sojourn + time.Millisecond)
-		g.release(nil) // the third has waited too long: refused, and the permit is returned
-		if err := <-third; !errors.Is(err, ErrAdmissionTimeout) {
-			t.Fatalf("the waiter past the sojourn got %v at a release, want ErrAdmissionTimeout", err)
-		}
-		if s := gateStats(g); s.Running != 0 || s.Waiting != 0 || s.RejectedTimeout != 3 || s.Admitted != 2 {
-			t.Errorf("stats = %+v, want nothing running or waiting, 3 refused, 2 admitted", s)
-		}
-	})
 }
 
 // A waiter that is leaving because its context ended is taken off the queue by a refusal but

@@ -7,16 +7,13 @@ import (
 
 // ErrAdmissionFull is returned when an operation finds every admission permit of its gate taken
 // (B running and Q waiting). It is returned at once, before the operation waits for anything, and
-// the operation holds no permit afterwards. Callers usually answer it with HTTP 503. With
-// gate_concurrent=auto in sustained overload a full queue refuses its oldest waiter instead, with
-// ErrAdmissionTimeout, and admits the arrival (docs/adaptive.md).
+// the operation holds no permit afterwards. Callers usually answer it with HTTP 503.
 var ErrAdmissionFull = errors.New("gated: admission full: too many operations running and waiting")
 
 // ErrAdmissionTimeout is returned when an admitted operation waited gate_queue_wait for an
 // execution permit without getting one, when gate_queue_wait is 0 and no permit was free, or
 // when the queue refused it sooner: gate_queue_order=adaptive shedding a standing queue, or
-// gate_concurrent=auto bounding the queue's delay or, in sustained overload, making room in a
-// full queue for a newer arrival (docs/adaptive.md). The admission permit has
+// gate_concurrent=auto bounding the queue's delay (docs/adaptive.md). The admission permit has
 // been returned when the caller sees it.
 var ErrAdmissionTimeout = errors.New("gated: timed out waiting for an execution permit")
 

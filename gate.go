@@ -8,8 +8,8 @@ import (
 )
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
-// Waiters are served first in, first out, or newest first with gate_queue_order=adaptive while
-// the queue is standing (see QueueAdaptive) and with gate_concurrent=auto in sustained overload.
+// Waiters are served first in, first out, or with gate_queue_order=adaptive newest first while
+// the queue is standing (see QueueAdaptive).
 //
 // Admission permits are not counted separately: an operation holds one exactly while it runs or
 // waits, so admitted = running + waiting, and the B+Q limit is checked against that sum. One mutex
@@ -110,14 +110,6 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	g.mu.Lock()
 	if g.lim != nil {
 		g.lim.arrived()
-		if sojourn, ok := g.lim.overloaded(); ok && g.head != nil {
-			// Sustained overload (limiter.go): the waiters that waited too long are refused,
-			// and a full queue refuses its oldest to take the newest arrival.
-			g.refuseOlderLocked(time.Now(), sojourn)
-			if g.head != nil && g.running+g.waiting >= g.concurrent+g.queue {
-				g.refuseLocked(g.head)
-			}
-		}
 	}
 	switch {
 	case g.closed:
@@ -138,6 +130,9 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
+	case g.lim != nil && g.lim.displaces(g.waiting):
+		// Sustained overload: the newest arrival takes the oldest waiter's place (limiter.go).
+		g.refuseLocked(g.head)
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -257,7 +252,7 @@ func (g *gate) releaseLocked(pc *physConn) {
 	}
 	// The releasing operation still counts in running: its permit may pass on only while the
 	// running ones, it included, are within the limit.
-	if g.head != nil && g.running-g.lendBalanceLocked() <= g.concurrent && g.grantLocked(pc, g.newestFirstLocked()) {
+	if g.head != nil && g.running-g.lendBalanceLocked() <= g.concurrent && g.grantLocked(pc, g.adaptive && g.shedLocked()) {
 		g.grantRaisedLocked()
 		g.mu.Unlock()
 		return
@@ -361,20 +356,6 @@ func (g *gate) withinLimits() bool {
 	return g.running-g.lendBalanceLocked() <= g.concurrent
 }
 
-// newestFirstLocked reports whether a permit released while operations wait goes to the newest
-// of them, after refusing those that waited too long: with gate_concurrent=auto in sustained
-// overload (adaptiveLimit.overloaded), and with gate_queue_order=adaptive under a standing queue
-// (shedLocked).
-func (g *gate) newestFirstLocked() bool {
-	if g.lim != nil {
-		if sojourn, ok := g.lim.overloaded(); ok {
-			g.refuseOlderLocked(time.Now(), sojourn)
-			return true
-		}
-	}
-	return g.adaptive && g.shedLocked()
-}
-
 // shedLocked is gate_queue_order=adaptive's overload rule, checked when a permit is released
 // while operations wait. It reports whether the queue is standing (non-empty for standingQueue),
 // and if so refuses the waiters that have waited more than overloadWait with ErrAdmissionTimeout:
@@ -385,15 +366,10 @@ func (g *gate) shedLocked() bool {
 	if now.Sub(g.standing) < standingQueue {
 		return false
 	}
-	g.refuseOlderLocked(now, overloadWait)
-	return true
-}
-
-// refuseOlderLocked refuses the waiters that have waited more than d at now, oldest first.
-func (g *gate) refuseOlderLocked(now time.Time, d time.Duration) {
-	for w := g.head; w != nil && now.Sub(w.start) > d; w = g.head {
+	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
 		g.refuseLocked(w)
 	}
+	return true
 }
 
 // refuseLocked takes waiter w off the queue and refuses it with ErrAdmissionTimeout. A waiter

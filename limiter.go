@@ -172,7 +172,7 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 // service/limit. So the queue stays short at a low limit and long service times, where a fixed
 // Q of waiters would wait many service times, while Q remains the cap on waiters.
 //
-// In sustained overload overloaded bounds the queue instead.
+// In sustained overload displaces bounds the queue instead.
 func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
 	if a.service <= 0 || a.sustained {
 		return false
@@ -180,16 +180,14 @@ func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
 	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
 }
 
-// overloaded reports whether the gate is in sustained overload (sustainedOverload times more
-// arrivals than it serves), and then the longest a waiter may wait: queueDelay. There the queue
-// is served newest first, a waiter that has waited longer is refused, and a full queue refuses
-// its oldest waiter to take the newest arrival (gate.go). So the operation served has waited
-// only since the latest arrival, not for a whole service time behind a running one, as with a
-// single waiter that the newest arrival displaced; and unlike a single waiter, the queue still
-// holds one for a permit that frees before the next arrival (a single waiter left 1.4–1.8 % of
-// the permit-time idle on the CPU-bound benchmark query at 5×).
-func (a *adaptiveLimit) overloaded() (sojourn time.Duration, ok bool) {
-	return queueDelay(a.service), a.sustained
+// displaces reports whether an operation arriving behind waiting others takes the oldest one's
+// place, which is refused: in sustained overload (sustainedOverload times more arrivals than the
+// gate serves) one waiter is enough to take the next permit that frees, and the newest one has
+// waited least. So the one operation that waits has waited only since the last arrival, not for
+// a whole service time behind a running one, and more waiters would only add their wait to the
+// latency.
+func (a *adaptiveLimit) displaces(waiting int) bool {
+	return a.sustained && waiting > 0
 }
 
 // queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: half a

@@ -675,16 +675,17 @@ func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
 	}
 }
 
-func TestLimiterOverloadedOnlyInSustainedOverload(t *testing.T) {
+func TestLimiterDisplacesTheWaiterOnlyInSustainedOverload(t *testing.T) {
 	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	a.service = 10 * time.Millisecond
 	for _, c := range []struct {
 		sustained bool
-		service   time.Duration
-		sojourn   time.Duration
-	}{{false, 20 * time.Millisecond, 10 * time.Millisecond}, {true, 20 * time.Millisecond, 10 * time.Millisecond}, {true, time.Millisecond, overloadWait}} {
-		a.sustained, a.service = c.sustained, c.service
-		if sojourn, ok := a.overloaded(); ok != c.sustained || sojourn != c.sojourn {
-			t.Errorf("sustained %v, service %v: overloaded = %v, %v; want %v, %v", c.sustained, c.service, sojourn, ok, c.sojourn, c.sustained)
+		waiting   int
+		want      bool
+	}{{false, 0, false}, {false, 1, false}, {true, 0, false}, {true, 1, true}} {
+		a.sustained = c.sustained
+		if got := a.displaces(c.waiting); got != c.want {
+			t.Errorf("sustained %v, %d waiting: displaces = %v, want %v", c.sustained, c.waiting, got, c.want)
 		}
 	}
 }
