@@ -224,7 +224,7 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 			g.mu.Lock()
 			g.setLimitLocked(1 + r.IntN(ceiling))
 			epoch.Add(1)
-			// In and out of sustained overload, whose queue refuses the aged and the oldest.
+			// In and out of sustained overload, where an arrival displaces the one waiter.
 			g.lim.sustained, g.lim.service = r.IntN(2) == 0, time.Duration(r.IntN(4000))*time.Microsecond
 			g.mu.Unlock()
 			time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
