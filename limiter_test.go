@@ -155,6 +155,9 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 	return tr
 }
 
+// millis is f milliseconds.
+func millis(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
 func medianOf(d []time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -370,67 +373,65 @@ func TestLimiterRecoversAfterATenantWhoseLoadCameAndWent(t *testing.T) {
 }
 
 func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *testing.T) {
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	near := func(got, want time.Duration) bool { return got > want-time.Microsecond && got < want+time.Microsecond }
 	win := 200 * time.Millisecond
 	var b baseline
-	b.update(ms(2), 1, win, true)
+	b.update(millis(2), 1, win, true)
 	// Beyond the tolerance (3ms) above the minimum: the gate's own load, however long.
 	for range 20 {
-		if b.update(ms(8), 3, win, false) || b.value != ms(2) {
+		if b.update(millis(8), 3, win, false) || b.value != millis(2) {
 			t.Fatalf("a window beyond the tolerance above the minimum moved the baseline to %v", b.value)
 		}
 	}
 	// Within the tolerance but beyond gradientFlat (2.4ms), at its concurrency: queueing,
 	// maybe another tenant's, which the limit must answer first.
 	for range 20 {
-		if b.update(ms(2.9), 1, win, false); b.value != ms(2) {
+		if b.update(millis(2.9), 1, win, false); b.value != millis(2) {
 			t.Fatalf("a window at 1.45× the baseline moved it to %v", b.value)
 		}
 	}
 	// Within gradientFlat at more concurrency than it was measured at: no drift either.
-	b.update(ms(2.3), 3, win, false)
-	if b.value != ms(2) {
+	b.update(millis(2.3), 3, win, false)
+	if b.value != millis(2) {
 		t.Fatalf("a window at 3 running moved a baseline measured at 1 to %v", b.value)
 	}
 	// Within gradientFlat at its concurrency: a tenth of the way (200ms of baselineDrift).
-	b.update(ms(2.3), 1, win, true)
-	if want := ms(2.03); !near(b.value, want) {
+	b.update(millis(2.3), 1, win, true)
+	if want := millis(2.03); !near(b.value, want) {
 		t.Fatalf("drift within gradientFlat: baseline %v, want %v", b.value, want)
 	}
 	// A faster window: two fifths of the way (200ms of baselineFall), not all of it, so that
 	// the luckiest of many noisy windows does not become the baseline.
-	b.update(ms(1.5), 1, win, true)
-	if want := ms(2.03 - 0.4*0.53); !near(b.value, want) {
+	b.update(millis(1.5), 1, win, true)
+	if want := millis(2.03 - 0.4*0.53); !near(b.value, want) {
 		t.Fatalf("after a faster window the baseline is %v, want %v", b.value, want)
 	}
 	// At the minimum beyond gradientFlat (2.18ms): only rebaseWindows in a row move it; a
 	// window without queueing starts the count again.
 	for _, rtt := range []float64{5, 6, 4.5, 7, 2.1, 5, 6, 5.5, 4} {
 		before := b.value
-		if b.update(ms(rtt), 1, 0, true) || b.value != before {
+		if b.update(millis(rtt), 1, 0, true) || b.value != before {
 			t.Fatalf("window of %vms: the baseline moved to %v before %d slow windows in a row", rtt, b.value, rebaseWindows)
 		}
 	}
-	if !b.update(ms(4.8), 1, win, true) || b.value != ms(4) {
+	if !b.update(millis(4.8), 1, win, true) || b.value != millis(4) {
 		t.Fatalf("after %d slow windows in a row at the minimum the baseline is %v, want the lowest of them, 4ms", rebaseWindows, b.value)
 	}
 	// Within the tolerance (6ms) but beyond gradientFlat (4.8ms) at the minimum, windows on
 	// either side of the tolerance: lasting slowness all the same, where the gate can go no
 	// lower (a machine that runs slower, which the limit cannot answer).
 	for i, rtt := range []float64{5.9, 6.2, 5.6, 6.1, 5.7} {
-		rebased := b.update(ms(rtt), 1, win, true)
-		if last := i == rebaseWindows-1; rebased != last || !last && b.value != ms(4) {
+		rebased := b.update(millis(rtt), 1, win, true)
+		if last := i == rebaseWindows-1; rebased != last || !last && b.value != millis(4) {
 			t.Fatalf("window %d of %vms at the minimum: rebased %v, baseline %v", i+1, rtt, rebased, b.value)
 		}
 	}
-	if b.value != ms(5.6) {
+	if b.value != millis(5.6) {
 		t.Errorf("after %d windows in a row at the minimum within the tolerance but beyond gradientFlat the baseline is %v, want the lowest of them, 5.6ms", rebaseWindows, b.value)
 	}
 }
 
 func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.T) {
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	win := 200 * time.Millisecond
 	rebase := func(b *baseline, rtt time.Duration) {
 		t.Helper()
@@ -441,39 +442,39 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 		}
 	}
 	var b baseline
-	b.update(ms(2), 1, win, true)
+	b.update(millis(2), 1, win, true)
 	if b.prior != 0 {
 		t.Fatalf("a first baseline is unproven")
 	}
-	rebase(&b, ms(3))
-	if b.value != ms(3) || b.prior != ms(2) {
+	rebase(&b, millis(3))
+	if b.value != millis(3) || b.prior != millis(2) {
 		t.Fatalf("after a rebase: baseline %v, replacing %v; want 3ms replacing 2ms", b.value, b.prior)
 	}
 	// At the concurrency it was measured at, no window proves it.
-	b.update(ms(3.2), 1, win, true)
+	b.update(millis(3.2), 1, win, true)
 	if b.prior == 0 {
 		t.Fatalf("a window at the minimum within gradientFlat proved the baseline")
 	}
 	// A second rebase keeps the baseline it replaced first.
-	rebase(&b, ms(4))
-	if b.prior != ms(2) {
+	rebase(&b, millis(4))
+	if b.prior != millis(2) {
 		t.Fatalf("after a second rebase the baseline replaced is %v, want 2ms", b.prior)
 	}
 	// Queueing at more concurrency proves nothing; no queueing there proves it.
-	b.update(ms(5.2), 2, win, false)
+	b.update(millis(5.2), 2, win, false)
 	if b.prior == 0 {
 		t.Fatalf("a window at 2 running at 1.3× the baseline proved it")
 	}
-	b.update(ms(4.4), 2, win, false)
-	if b.prior != 0 || b.value != ms(4) {
+	b.update(millis(4.4), 2, win, false)
+	if b.prior != 0 || b.value != millis(4) {
 		t.Fatalf("a window at 2 running within gradientFlat: baseline %v, unproven %v; want 4ms, proven", b.value, b.prior > 0)
 	}
 	// Falling back within gradientFlat of the one it replaced proves it too.
-	rebase(&b, ms(6))
+	rebase(&b, millis(6))
 	for b.prior != 0 {
 		before := b.value
-		b.update(ms(4), 1, win, true)
-		if b.prior != 0 && b.value <= time.Duration(gradientFlat*float64(ms(4))) {
+		b.update(millis(4), 1, win, true)
+		if b.prior != 0 && b.value <= time.Duration(gradientFlat*float64(millis(4))) {
 			t.Fatalf("baseline %v within gradientFlat of the 4ms it replaced, still unproven", b.value)
 		}
 		if b.value >= before {
@@ -713,14 +714,13 @@ func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
 func TestLimiterJudgesTheNextRiseByTheProbeAlone(t *testing.T) {
 	g := new(gradientLimit)
 	base := 4 * time.Millisecond // tolerance 6ms, gradientFlat 4.8ms
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	// Little queueing at 2: a probe to 3.
-	if up := g.next(2, &windowStats{rtt: ms(4.4), raw: ms(4.4), base: base, inflight: 2, limited: true, ok: 100}); up != 3 {
+	if up := g.next(2, &windowStats{rtt: millis(4.4), raw: millis(4.4), base: base, inflight: 2, limited: true, ok: 100}); up != 3 {
 		t.Fatalf("no probe from 2 with the hold time at 1.1× the baseline: %v", up)
 	}
 	// The probe holds (5.2ms, within the margin), while the average over windows, still mostly
 	// at 2, is 4.6ms: within gradientFlat, but the only window at 3 is not.
-	if got := g.next(3, &windowStats{rtt: ms(4.6), raw: ms(5.2), base: base, inflight: 3, limited: true, ok: 100}); got != 3 {
+	if got := g.next(3, &windowStats{rtt: millis(4.6), raw: millis(5.2), base: base, inflight: 3, limited: true, ok: 100}); got != 3 {
 		t.Errorf("after a probe to 3 at 1.3× the baseline the limit went on to %v", got)
 	}
 }
