@@ -242,6 +242,12 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 // the limit with it. A slower window pulls it up slowly (baselineDrift), and only when it shows
 // no queueing at all (within gradientFlat of the baseline) at no more concurrency than the
 // baseline was measured at: so it follows the noise of the windows around it and nothing else.
+// (A faster window also sets that concurrency to its own. On a machine whose speed changes from
+// one stretch to the next by more than the windows' noise, the windows at the limit, which hold
+// a little queueing, then raise the baseline within gradientFlat, and the limit climbs with the
+// tolerance: simulated, 10–15 % per 200 ms on 4 cores moves it from the knee towards the
+// ceiling. Keeping the least concurrency instead sinks the baseline to the fastest windows, and
+// anchoring it at the last window measured there freezes it at the gate's first window.)
 // A window that is slower than that, even within the tolerance, leaves it where it is. Were the
 // baseline to follow such windows, another tenant's load taking the server's CPU would raise it
 // step by step while the limit stands, the known failure of limiters built on a moving baseline;
