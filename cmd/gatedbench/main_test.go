@@ -174,3 +174,27 @@ func TestWithParams(t *testing.T) {
 		}
 	}
 }
+
+func TestPairedByRoundComparesRunsOfTheSameRound(t *testing.T) {
+	run := func(name string, round int, g float64) runResult {
+		return runResult{Contender: name, Load: 5, Round: round, Goodput: g}
+	}
+	s := &scenarioResult{Runs: map[string][]runResult{
+		// Round 0 is slow for everyone, round 1 fast: auto serves 90 % of the best in each.
+		"auto": {run("auto", 0, 450), run("auto", 1, 900)},
+		"B=1":  {run("B=1", 0, 500), run("B=1", 1, 800)},
+		"B=2":  {run("B=2", 0, 400), run("B=2", 1, 1000)},
+	}}
+	vsBest, vsRef := pairedByRound(s, "auto", []string{"B=1", "B=2"}, "B=2", 5)
+	if vsBest != (stat{Median: 0.9, Min: 0.9, Max: 0.9}) {
+		t.Errorf("auto / the round's best: %+v, want 0.9 in both rounds", vsBest)
+	}
+	if vsRef.Min != 0.9 || vsRef.Max != 1.125 {
+		t.Errorf("auto / B=2 of the same round: %+v, want 0.9 and 1.125", vsRef)
+	}
+	// Against the medians over rounds auto is 675 of C* = 700 (B=2), 0.96: only pairing shows
+	// that it served 0.9 of the round's best in every round.
+	if vsBest, _ := pairedByRound(s, "auto", []string{"B=1", "B=2"}, "B=2", 2); vsBest != (stat{}) {
+		t.Errorf("at a load without runs: %+v, want nothing", vsBest)
+	}
+}
