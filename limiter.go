@@ -345,6 +345,14 @@ func tolerance(base time.Duration) time.Duration {
 // what it was then or, after a fall, what it should have become): the server has room again
 // (another tenant's load ended); and when the baseline rebased, since it was found against the old
 // one.
+//
+// A fall is judged as a rise is: if the window after a fall that lowered the limit in force shows
+// no queueing at the lower limit (within gradientFlat of the baseline) and served
+// gradientProbeGain less than the higher limit did lately (levelRate), the limit goes straight
+// back. The fall cured nothing: the server ran slower, as a shared machine does for a stretch,
+// and the hold time at the knee passed the tolerance while the permit still bought throughput.
+// Where the load is the gate's own (a CPU-bound server past its cores), the lower limit serves as
+// much; where another tenant takes the server, it still queues; in both the fall stands.
 type gradientLimit struct {
 	knee      float64       // the limit last lowered from, 0 when none is remembered
 	memory    int           // windows left before knee is forgotten
@@ -353,6 +361,12 @@ type gradientLimit struct {
 	probed    float64       // the limit before the last window's rise, 0 when it did not rise
 	probeRTT  time.Duration
 	probeRate float64 // what the window before the rise served: running operations per second of hold time
+	fell      float64 // the limit in force before the last window's fall below it, 0 when it did not fall
+	fellTo    float64 // the limit that fall returned
+	fellRate  float64 // what the limit it fell from served (levelRate then)
+	level     float64 // the limit in force over the last windows
+	levelRate float64 // what it served lately while demand pressed on it: the mean of its windows, the last weighing at least 1/smoothing
+	levelN    int     // how many windows levelRate has seen
 }
 
 const (
@@ -409,8 +423,20 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	// Growth is reckoned from the limit in force, the rounded one: a limit of 1.8 admits 2.
 	cur := max(1, math.Round(limit))
 	rtt, base, tol := float64(w.rtt), float64(w.base), float64(tolerance(w.base))
-	probed := a.probed
-	a.probed = 0
+	probed, fell := a.probed, a.fell
+	a.probed, a.fell = 0, 0
+	if cur != a.level {
+		a.level, a.levelRate, a.levelN = cur, 0, 0
+	}
+	if w.limited {
+		a.levelN++
+		a.levelRate += (servedRate(w) - a.levelRate) / float64(min(a.levelN, smoothing))
+	}
+	if fell > 0 && limit >= a.fellTo && w.limited && float64(w.raw) <= gradientFlat*base && a.fellRate >= gradientProbeGain*servedRate(w) {
+		// The fall cured no queueing: the server is slower, not saturated. Take it back.
+		a.knee, a.memory = 0, 0
+		return fell
+	}
 	if probed > 0 && !a.probeHolds(w, tol) {
 		// The probe failed: back at once, and wait longer before the next one.
 		a.fails++
@@ -429,6 +455,9 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		// The hold time the lower limit should show if the server is saturated: only one
 		// clearly below that says it has room again.
 		a.setKnee(cur, time.Duration(float64(w.rtt)*next/limit))
+		if math.Round(next) < cur {
+			a.fell, a.fellTo, a.fellRate = cur, next, a.levelRate
+		}
 		return next
 	}
 	if a.knee > 0 && w.rtt < time.Duration(gradientRecovered*float64(a.kneeRTT)) {

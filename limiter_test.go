@@ -51,6 +51,11 @@ func clientShared(s time.Duration) dbModel {
 	}
 }
 
+// slowerBy: m on a machine that runs f times as slow (a slower stretch of a shared host).
+func slowerBy(m dbModel, f float64) dbModel {
+	return func(n int) time.Duration { return time.Duration(f * float64(m(n))) }
+}
+
 // sleepBound: latency flat.
 func sleepBound(s time.Duration) dbModel { return func(int) time.Duration { return s } }
 
@@ -234,6 +239,64 @@ func TestLimiterKeepsAPermitThatBuysThroughput(t *testing.T) {
 		tr := simulate(alg, 1, simP, []phase{{d: 30 * time.Second, db: db, demand: 100}})
 		wantGoodput(t, tr, 0, 0.97, db.best(simP), "the best fixed limit")
 	})
+}
+
+func TestLimiterTakesBackAPermitItGaveUpToASlowerMachine(t *testing.T) {
+	// The machine runs 15 or 20 % slower for four seconds: at the knee of 3 the hold time passes
+	// the tolerance and the limit falls to 2, where the hold time shows no queueing and the
+	// server serves less. The fall cured nothing: the permit comes back.
+	for _, f := range []float64{1.15, 1.2} {
+		t.Run(fmt.Sprintf("%.2f", f), func(t *testing.T) {
+			forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+				db := clientShared(simS)
+				slow := slowerBy(db, f)
+				tr := simulate(alg, 1, simP, []phase{
+					{d: 20 * time.Second, db: db, demand: 100},
+					{d: 4 * time.Second, db: slow, demand: 100},
+					{d: 10 * time.Second, db: db, demand: 100},
+				})
+				wantGoodput(t, tr, 1, 0.97, slow.best(simP), "the best fixed limit on the slower machine")
+			})
+		})
+	}
+}
+
+func TestLimiterUndoesOnlyAFallThatCuredNoQueueing(t *testing.T) {
+	base := 4 * time.Millisecond // tolerance 6ms, gradientFlat 4.8ms
+	for _, c := range []struct {
+		name  string
+		limit float64       // the limit in force at the window after the fall
+		raw   time.Duration // that window's median at 2 running
+		undo  bool
+	}{
+		// 2 / 4.4ms serve 455/s against the 484/s of 3 / 6.2ms: the permit bought 6 %.
+		{"no queueing and less served", 0, millis(4.4), true},
+		// 488/s: as much as at 3, so the fall cured queueing.
+		{"as much served", 0, millis(4.1), false},
+		// Beyond gradientFlat: queueing at 2 as well.
+		{"queueing at the lower limit", 0, millis(5), false},
+		// A window of timeouts lowered the limit since the fall: never raised by it.
+		{"lowered meanwhile", 2.2, millis(4.4), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := new(gradientLimit)
+			down := g.next(2.6, &windowStats{rtt: millis(6.6), raw: millis(6.2), base: base, inflight: 3, limited: true, ok: 100})
+			if down >= 2.5 {
+				t.Fatalf("no fall from 2.6 with the hold time at 6.6ms: %v", down)
+			}
+			limit := down
+			if c.limit > 0 {
+				limit = c.limit
+			}
+			got := g.next(limit, &windowStats{rtt: millis(5.5), raw: c.raw, base: base, inflight: 2, limited: true, ok: 100})
+			if undone := got >= 2.5; undone != c.undo {
+				t.Errorf("at %.2f after the fall, a window of %v at 2 gave %.2f: undone %v, want %v", limit, c.raw, got, undone, c.undo)
+			}
+			if !c.undo && got > limit {
+				t.Errorf("the limit rose from %.2f to %.2f", limit, got)
+			}
+		})
+	}
 }
 
 func TestLimiterSleepBoundClimbsToTheCeiling(t *testing.T) {
