@@ -428,11 +428,13 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if cur != a.level {
 		a.level, a.levelRate, a.levelN = cur, 0, 0
 	}
+	rate := servedRate(w)
 	if w.limited {
 		a.levelN++
-		a.levelRate += (servedRate(w) - a.levelRate) / float64(min(a.levelN, smoothing))
+		a.levelRate += (rate - a.levelRate) / float64(min(a.levelN, smoothing))
 	}
-	if fell > 0 && limit >= a.fellTo && w.limited && float64(w.raw) <= gradientFlat*base && a.fellRate >= gradientProbeGain*servedRate(w) {
+	// limit below fellTo: timeouts lowered it since the fall, and it is not raised past them.
+	if fell > 0 && limit >= a.fellTo && w.limited && float64(w.raw) <= gradientFlat*base && a.fellRate >= gradientProbeGain*rate {
 		// The fall cured no queueing: the server is slower, not saturated. Take it back.
 		a.knee, a.memory = 0, 0
 		return fell
