@@ -346,13 +346,16 @@ func tolerance(base time.Duration) time.Duration {
 // (another tenant's load ended); and when the baseline rebased, since it was found against the old
 // one.
 //
-// A fall is judged as a rise is: if the window after a fall that lowered the limit in force shows
-// no queueing at the lower limit (within gradientFlat of the baseline) and served
-// gradientProbeGain less than the higher limit did lately (levelRate), the limit goes straight
-// back. The fall cured nothing: the server ran slower, as a shared machine does for a stretch,
-// and the hold time at the knee passed the tolerance while the permit still bought throughput.
-// Where the load is the gate's own (a CPU-bound server past its cores), the lower limit serves as
-// much; where another tenant takes the server, it still queues; in both the fall stands.
+// A fall is judged as a rise is: if the first window after a fall that lowered the limit in force
+// to show no queueing at the lower limit (within gradientFlat of the baseline), one of the next
+// gradientFallOpen, served gradientProbeGain less than the higher limit did lately (levelRate),
+// the limit goes straight back. The fall cured nothing: the server ran slower, as a shared machine
+// does for a stretch or stalls for a few windows, and the hold time at the knee passed the
+// tolerance while the permit still bought throughput. The windows before that one still ran in
+// the slow stretch or straddled its end, and the windows of a stall (beyond gradientStall × the
+// baseline) are no measure of what the higher limit serves. Where the load is the gate's own (a
+// CPU-bound server past its cores), the lower limit serves as much; where another tenant takes
+// the server, it still queues after those windows; in both the fall stands.
 type gradientLimit struct {
 	knee      float64       // the limit last lowered from, 0 when none is remembered
 	memory    int           // windows left before knee is forgotten
@@ -361,11 +364,12 @@ type gradientLimit struct {
 	probed    float64       // the limit before the last window's rise, 0 when it did not rise
 	probeRTT  time.Duration
 	probeRate float64 // what the window before the rise served: running operations per second of hold time
-	fell      float64 // the limit in force before the last window's fall below it, 0 when it did not fall
-	fellTo    float64 // the limit that fall returned
+	fell      float64 // the limit in force before a fall below it that is still being judged, 0 when none
+	fellTo    float64 // the limit that fall returned, and the falls since that judge it too
 	fellRate  float64 // what the limit it fell from served (levelRate then)
+	fellOpen  int     // windows left in which that fall may still be judged
 	level     float64 // the limit in force over the last windows
-	levelRate float64 // what it served lately while demand pressed on it: the mean of its windows, the last weighing at least 1/smoothing
+	levelRate float64 // what it served lately while demand pressed on it: the mean of its windows (not a stall's, see gradientStall), the last weighing at least 1/smoothing
 	levelN    int     // how many windows levelRate has seen
 }
 
@@ -374,6 +378,12 @@ const (
 	gradientMemory    = 5
 	gradientMemoryMax = 80
 	gradientRecovered = 0.8
+	// gradientFallOpen: windows after a fall in which the first one without queueing at the
+	// lower limit judges it: the slow stretch that caused it may outlast it by as much.
+	gradientFallOpen = 2
+	// gradientStall: a window whose median is this many times the baseline ran in a stall of
+	// the machine (or another tenant's burst), beyond the tolerance by a third.
+	gradientStall = 2
 	// gradientProbeMargin: a rise must leave this much of the tolerance unused to stay, so that
 	// between two limits that serve alike (past the knee, where only the latency grows) the
 	// lower one wins instead of a walk between them.
@@ -424,20 +434,35 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	cur := max(1, math.Round(limit))
 	rtt, base, tol := float64(w.rtt), float64(w.base), float64(tolerance(w.base))
 	probed, fell := a.probed, a.fell
-	a.probed, a.fell = 0, 0
+	a.probed = 0
 	if cur != a.level {
 		a.level, a.levelRate, a.levelN = cur, 0, 0
 	}
 	rate := servedRate(w)
-	if w.limited {
+	// A window beyond gradientStall × the baseline ran in a stall of the machine: what it
+	// served says nothing of what the limit serves, unless the limit has nothing else yet.
+	if w.limited && (float64(w.raw) <= gradientStall*base || a.levelN == 0) {
 		a.levelN++
 		a.levelRate += (rate - a.levelRate) / float64(min(a.levelN, smoothing))
 	}
-	// limit below fellTo: timeouts lowered it since the fall, and it is not raised past them.
-	if fell > 0 && limit >= a.fellTo && w.limited && float64(w.raw) <= gradientFlat*base && a.fellRate >= gradientProbeGain*rate {
-		// The fall cured no queueing: the server is slower, not saturated. Take it back.
-		a.knee, a.memory = 0, 0
-		return fell
+	if fell > 0 {
+		// The fall is judged by the first window at the lower limit that shows no queueing, if
+		// one comes within gradientFallOpen windows: those before it still ran in the slow
+		// stretch that caused the fall, or straddled its end.
+		clean := float64(w.raw) <= gradientFlat*base
+		switch {
+		case limit < a.fellTo:
+			// Timeouts lowered it since the fall, and it is not raised past them.
+			a.fell = 0
+		case clean && w.limited && a.fellRate >= gradientProbeGain*rate:
+			// The fall cured no queueing: the server is slower, not saturated. Take it back.
+			a.knee, a.memory, a.fell = 0, 0, 0
+			return fell
+		case clean || a.fellOpen <= 1:
+			a.fell = 0
+		default:
+			a.fellOpen--
+		}
 	}
 	if probed > 0 && !a.probeHolds(w, tol) {
 		// The probe failed: back at once, and wait longer before the next one.
@@ -457,8 +482,12 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		// The hold time the lower limit should show if the server is saturated: only one
 		// clearly below that says it has room again.
 		a.setKnee(cur, time.Duration(float64(w.rtt)*next/limit))
-		if math.Round(next) < cur {
-			a.fell, a.fellTo, a.fellRate = cur, next, a.levelRate
+		switch {
+		case a.fell > 0:
+			// A fall still being judged: its own, so the limit it returned moves with it.
+			a.fellTo = next
+		case math.Round(next) < cur:
+			a.fell, a.fellTo, a.fellRate, a.fellOpen = cur, next, a.levelRate, gradientFallOpen
 		}
 		return next
 	}
@@ -488,7 +517,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if next <= cur {
 		return limit
 	}
-	a.probed, a.probeRTT, a.probeRate = cur, w.rtt, servedRate(w)
+	a.probed, a.probeRTT, a.probeRate, a.fell = cur, w.rtt, servedRate(w), 0
 	return next
 }
 

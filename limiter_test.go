@@ -261,6 +261,33 @@ func TestLimiterTakesBackAPermitItGaveUpToASlowerMachine(t *testing.T) {
 	}
 }
 
+func TestLimiterComesBackAtOnceAfterAStallOfTheMachine(t *testing.T) {
+	// The machine stalls for three windows: every hold time 1.7 or 2.2 times as long, at the
+	// knee of 3 past the tolerance, so the limit falls to 2 on the stall's last window. The
+	// first window after it shows no queueing at 2, and 2 serves less than 3 did before the
+	// stall: the fall cured nothing, and the limit is back at 3 after that one window. (A
+	// higher limit's served rate measured during the stall itself would hide that.)
+	for _, f := range []float64{1.7, 2.2} {
+		t.Run(fmt.Sprintf("%.1f", f), func(t *testing.T) {
+			forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
+				db := clientShared(simS)
+				tr := simulate(alg, 1, simP, []phase{
+					{d: 20 * time.Second, db: db, demand: 100},
+					{d: 3 * windowMin, db: slowerBy(db, f), demand: 100},
+					{d: 5 * time.Second, db: db, demand: 100},
+				})
+				if before := lastOf(tr.limits[0]); before != 3 {
+					t.Fatalf("limit %d before the stall, want the knee of 3 (limits %v)", before, tr.limits[0])
+				}
+				after := tr.limits[2]
+				if back := slices.Index(after, 3); back < 0 || back > 1 {
+					t.Errorf("after the stall the limit took %d windows to come back to 3, want at most 1 (stall %v, after %v)", back, tr.limits[1], after)
+				}
+			})
+		})
+	}
+}
+
 func TestLimiterUndoesOnlyAFallThatCuredNoQueueing(t *testing.T) {
 	base := 4 * time.Millisecond // tolerance 6ms, gradientFlat 4.8ms
 	for _, c := range []struct {
@@ -294,6 +321,64 @@ func TestLimiterUndoesOnlyAFallThatCuredNoQueueing(t *testing.T) {
 			}
 			if !c.undo && got > limit {
 				t.Errorf("the limit rose from %.2f to %.2f", limit, got)
+			}
+		})
+	}
+}
+
+func TestLimiterJudgesAFallByItsFirstWindowWithoutQueueing(t *testing.T) {
+	// A baseline of 4ms (tolerance 6ms, gradientFlat 4.8ms, a stall beyond 8ms); at 3 the hold
+	// time is 5.5ms, 545/s. The machine stalls: the limit falls to 2, where 4.4ms serve 455/s.
+	base := 4 * time.Millisecond
+	at3 := func(raw time.Duration) *windowStats {
+		return &windowStats{rtt: raw, raw: raw, base: base, inflight: 3, limited: true, ok: 100}
+	}
+	for _, c := range []struct {
+		name  string
+		stall []time.Duration // the windows at 3 before the fall's, after six at 5.5ms
+		after []time.Duration // the windows at 2 after the fall
+		undo  bool
+	}{
+		// The first window after the fall still ran in the stall, the second shows none.
+		{"queueing until the stall ends", nil, []time.Duration{millis(7), millis(4.4)}, true},
+		// Slow for longer than the fall stays open: the slowness lasts, and the fall stands.
+		{"queueing for longer", nil, []time.Duration{millis(7), millis(7), millis(4.4)}, false},
+		// What 3 served during the stall (3/9ms = 333/s) is no measure of 3.
+		{"a stall before the fall", []time.Duration{millis(9), millis(9)}, []time.Duration{millis(4.4)}, true},
+		// A slower stretch within twice the baseline is: 3/7.5ms = 400/s, less than 2 serves.
+		{"a slower stretch before the fall", []time.Duration{millis(7.5), millis(7.5), millis(7.5), millis(7.5)}, []time.Duration{millis(4.4)}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := new(gradientLimit)
+			limit := 3.0
+			for range 6 {
+				if limit = g.next(limit, at3(millis(5.5))); limit != 3 {
+					t.Fatalf("at 3 with the hold time at 5.5ms the limit moved to %.2f", limit)
+				}
+			}
+			for _, raw := range c.stall {
+				// Not yet in the moving average the limit follows.
+				w := at3(raw)
+				w.rtt = millis(5.8)
+				limit = g.next(limit, w)
+			}
+			if limit = g.next(limit, at3(millis(10))); limit >= 2.5 {
+				t.Fatalf("no fall from 3 with the hold time at 10ms: %.2f", limit)
+			}
+			undone := false
+			for i, raw := range c.after {
+				w := &windowStats{rtt: max(raw, millis(6.5)), raw: raw, base: base, inflight: 2, limited: true, ok: 100}
+				next := g.next(limit, w)
+				if next >= 2.5 {
+					undone = i == len(c.after)-1
+					if !undone {
+						t.Fatalf("window %d after the fall, of %v, gave %.2f", i, raw, next)
+					}
+				}
+				limit = next
+			}
+			if undone != c.undo {
+				t.Errorf("windows %v after the fall gave %.2f: undone %v, want %v", c.after, limit, undone, c.undo)
 			}
 		})
 	}
