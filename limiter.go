@@ -348,14 +348,15 @@ func tolerance(base time.Duration) time.Duration {
 //
 // A fall is judged as a rise is: if the first window after a fall that lowered the limit in force
 // to show no queueing at the lower limit (within gradientFlat of the baseline), one of the next
-// gradientFallOpen, served gradientProbeGain less than the higher limit did lately (levelRate),
-// the limit goes straight back. The fall cured nothing: the server ran slower, as a shared machine
-// does for a stretch or stalls for a few windows, and the hold time at the knee passed the
-// tolerance while the permit still bought throughput. The windows before that one still ran in
-// the slow stretch or straddled its end, and the windows of a stall (beyond gradientStall × the
-// baseline) are no measure of what the higher limit serves. Where the load is the gate's own (a
-// CPU-bound server past its cores), the lower limit serves as much; where another tenant takes
-// the server, it still queues after those windows; in both the fall stands.
+// gradientFallOpen, served gradientProbeGain less than the higher limit did lately (levelRate, up
+// to its last window within the tolerance), the limit goes straight back. The fall cured nothing:
+// the server ran slower, as a shared machine does for a stretch or stalls for a few windows, and
+// the hold time at the knee passed the tolerance while the permit still bought throughput. The
+// windows at the lower limit before that one still ran in the slow stretch or straddled its end,
+// and the windows at the higher limit that led to the fall ran in it: neither measures what a
+// limit serves. Where the load is the gate's own (a CPU-bound server past its cores), the lower
+// limit serves as much; where another tenant takes the server, it still queues after those
+// windows; in both the fall stands.
 type gradientLimit struct {
 	knee      float64       // the limit last lowered from, 0 when none is remembered
 	memory    int           // windows left before knee is forgotten
@@ -366,11 +367,12 @@ type gradientLimit struct {
 	probeRate float64 // what the window before the rise served: running operations per second of hold time
 	fell      float64 // the limit in force before a fall below it that is still being judged, 0 when none
 	fellTo    float64 // the limit that fall returned, and the falls since that judge it too
-	fellRate  float64 // what the limit it fell from served (levelRate then)
+	fellRate  float64 // what the limit it fell from served (levelCalm then)
 	fellOpen  int     // windows left in which that fall may still be judged
 	level     float64 // the limit in force over the last windows
-	levelRate float64 // what it served lately while demand pressed on it: the mean of its windows (not a stall's, see gradientStall), the last weighing at least 1/smoothing
+	levelRate float64 // what it served lately while demand pressed on it: the mean of its windows, the last weighing at least 1/smoothing
 	levelN    int     // how many windows levelRate has seen
+	levelCalm float64 // levelRate before the windows beyond the tolerance since the last one within it
 }
 
 const (
@@ -381,9 +383,6 @@ const (
 	// gradientFallOpen: windows after a fall in which the first one without queueing at the
 	// lower limit judges it: the slow stretch that caused it may outlast it by as much.
 	gradientFallOpen = 2
-	// gradientStall: a window whose median is this many times the baseline ran in a stall of
-	// the machine (or another tenant's burst), beyond the tolerance by a third.
-	gradientStall = 2
 	// gradientProbeMargin: a rise must leave this much of the tolerance unused to stay, so that
 	// between two limits that serve alike (past the knee, where only the latency grows) the
 	// lower one wins instead of a walk between them.
@@ -436,14 +435,18 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	probed, fell := a.probed, a.fell
 	a.probed = 0
 	if cur != a.level {
-		a.level, a.levelRate, a.levelN = cur, 0, 0
+		a.level, a.levelRate, a.levelCalm, a.levelN = cur, 0, 0, 0
 	}
 	rate := servedRate(w)
-	// A window beyond gradientStall × the baseline ran in a stall of the machine: what it
-	// served says nothing of what the limit serves, unless the limit has nothing else yet.
-	if w.limited && (float64(w.raw) <= gradientStall*base || a.levelN == 0) {
+	if w.limited {
 		a.levelN++
 		a.levelRate += (rate - a.levelRate) / float64(min(a.levelN, smoothing))
+		// The windows beyond the tolerance since the last one within it are the slow stretch
+		// a fall would leave: what the limit served then says nothing of what it serves.
+		// The first window at a limit counts whatever it shows: the limit has nothing else.
+		if float64(w.raw) <= tol || a.levelN == 1 {
+			a.levelCalm = a.levelRate
+		}
 	}
 	if fell > 0 {
 		// The fall is judged by the first window at the lower limit that shows no queueing, if
@@ -487,7 +490,7 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 			// A fall still being judged: its own, so the limit it returned moves with it.
 			a.fellTo = next
 		case math.Round(next) < cur:
-			a.fell, a.fellTo, a.fellRate, a.fellOpen = cur, next, a.levelRate, gradientFallOpen
+			a.fell, a.fellTo, a.fellRate, a.fellOpen = cur, next, a.levelCalm, gradientFallOpen
 		}
 		return next
 	}
