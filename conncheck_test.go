@@ -3,7 +3,9 @@
 package gated
 
 import (
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -76,4 +78,49 @@ func TestPeerGoneNeverWaitsForABlockedReader(t *testing.T) {
 	}
 	server.Close() // releases the reader
 	<-readerDone
+}
+
+// A statement whose first write found the server gone sent nothing, and nothing written after it
+// may count: pgx's cleanup goroutine writes Terminate on the dead socket while the failed call is
+// still comparing the bytes written, and a count that included it would report a statement that
+// never left as one that may have run, failing an operation gated replays on a new connection.
+func TestSocketWritesNothingAfterTheServerWasFoundGone(t *testing.T) {
+	client, server := tcpPair(t)
+	s := newSockConn(client, false)
+	if s.check == nil {
+		t.Skip("no socket check on this platform")
+	}
+	server.Close()
+	waitFor(t, "hang-up seen", func() bool { return s.check.peerGone() })
+	s.armed.Store(true)
+	if n, err := s.Write([]byte("Q")); n != 0 || !errors.Is(err, errHungUpWhileIdle) {
+		t.Fatalf("first write after the server hung up = %d, %v; want 0, %v", n, err, errHungUpWhileIdle)
+	}
+	// The driver's farewell.
+	if n, err := s.Write([]byte("X")); n != 0 || !errors.Is(err, errHungUpWhileIdle) {
+		t.Errorf("write after a failed one = %d, %v; want 0 and the first failure", n, err)
+	}
+	if got := s.written.Load(); got != 0 {
+		t.Errorf("%d bytes counted as written on a socket that sent nothing", got)
+	}
+}
+
+// The same holds after any failed write: the connection is broken, and whatever its driver
+// writes next (pgx's Terminate after a write cut short by a deadline) is not sent or counted.
+func TestSocketWritesNothingAfterAFailedWrite(t *testing.T) {
+	client, _ := tcpPair(t)
+	s := newSockConn(client, false)
+	client.SetWriteDeadline(time.Now().Add(-time.Second))
+	_, first := s.Write([]byte("Q"))
+	if !errors.Is(first, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past its deadline: %v", first)
+	}
+	before := s.written.Load()
+	client.SetWriteDeadline(time.Time{})
+	if n, err := s.Write([]byte("X")); n != 0 || err != first {
+		t.Errorf("write after a failed one = %d, %v; want 0, %v", n, err, first)
+	}
+	if got := s.written.Load(); got != before {
+		t.Errorf("written went from %d to %d after the connection broke", before, got)
+	}
 }

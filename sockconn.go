@@ -24,6 +24,10 @@ import (
 //     After the connection was idle, the first write first peeks at the socket (one
 //     non-blocking recv); if the server has closed it or sent something unasked, the write
 //     fails without sending anything, so the statement can run on another connection.
+//   - Once a write has failed the connection is broken, and the socket sends nothing more: a
+//     driver's farewell (pgx's cleanup goroutine writes Terminate after a failed write, while the
+//     call that failed is still deciding what it sent) would otherwise count as the statement's
+//     bytes, and a statement that never left would be reported as one that may have run.
 //   - For lib/pq only: Close waits until the backend hung up while a statement may still run
 //     on it (lib/pq sends a cancel request but closes its socket without waiting for the
 //     server, which would give the permit back while the backend still works), and a context
@@ -33,7 +37,8 @@ type sockConn struct {
 	net.Conn
 	check   *sockCheck // nil where the platform cannot peek
 	written atomic.Int64
-	armed   atomic.Bool // peek before the next write
+	armed   atomic.Bool           // peek before the next write
+	failed  atomic.Pointer[error] // the first failed write's error: nothing more is written
 
 	// lib/pq only.
 	drainOnClose bool
@@ -61,16 +66,22 @@ func newSockConn(c net.Conn, drainOnClose bool) *sockConn {
 }
 
 func (s *sockConn) Write(b []byte) (int, error) {
+	if failed := s.failed.Load(); failed != nil {
+		return 0, *failed
+	}
 	if s.armed.Load() {
 		s.armed.Store(false)
 		if s.check.peerGone() {
-			return 0, &net.OpError{Op: "write", Net: "tcp", Err: errHungUpWhileIdle}
+			err := error(&net.OpError{Op: "write", Net: "tcp", Err: errHungUpWhileIdle})
+			s.failed.Store(&err)
+			return 0, err
 		}
 	}
 	n, err := s.Conn.Write(b)
 	s.written.Add(int64(n))
 	if err != nil {
 		err = s.explain(err)
+		s.failed.Store(&err)
 	}
 	return n, err
 }
