@@ -22,7 +22,7 @@ func TestRunWritesParsableOutputs(t *testing.T) {
 	url := pgtest.URL(t)
 	cfg, _, err := parseFlags([]string{
 		"-P", "2", "-goroutines", "1,4", "-rounds", "1", "-cell", "100ms", "-warmup", "50ms",
-		"-loads", "1,3", "-duration", "300ms", "-capacity", "300ms", "-unloaded", "0.25",
+		"-loads", "1,3", "-duration", "300ms", "-capacity", "1s", "-unloaded", "0.25",
 		"-sleep", "2ms", "-queries", "sleep", "-out", t.TempDir(),
 	})
 	if err != nil {
