@@ -197,6 +197,41 @@ func TestStatementOnConnectionKilledWhileIdleRunsOnceElsewhere(t *testing.T) {
 	})
 }
 
+// A statement whose write failed sent nothing and runs on a new connection, as soon as the
+// broken one is closed: the driver's farewell (pgx's Terminate, after which it waits for the
+// server to hang up) reaches the server, and the cleanup does not wait for cleanupWait (15 s)
+// with the only permit and connection slot. The write fails here by a deadline in the past, as
+// it does when a caller's context ends while the driver writes.
+func TestStatementWhoseWriteFailedRunsElsewhereWithoutWaitingForTheCleanup(t *testing.T) {
+	runPG(t, oneAtATime, func(t *testing.T, e *pgEnv) {
+		table := pgTable(t, e.adm, "id int")
+		backendPID(t, e.db)
+		e.c.pool.mu.Lock()
+		var sock *sockConn
+		if len(e.c.pool.idle) == 1 {
+			switch ic := e.c.pool.idle[0].inner.(type) {
+			case *pgxConn:
+				sock = ic.sock
+			case *pqConn:
+				sock = ic.sock
+			}
+		}
+		e.c.pool.mu.Unlock()
+		if sock == nil {
+			t.Fatal("no socket of gated's on the idle connection")
+		}
+		sock.Conn.SetWriteDeadline(time.Now().Add(-time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := e.db.ExecContext(ctx, "INSERT INTO "+table+" VALUES (1)"); err != nil {
+			t.Errorf("statement whose write failed, within 5 s: %v", err)
+		}
+		if n := countRows(t, e.adm, table); n != 1 {
+			t.Errorf("%d rows, want 1", n)
+		}
+	})
+}
+
 // Closing a prepared statement and migrating the table must not break later queries of the same
 // text: unprepared queries never run on a statement the application prepared, and the closed
 // statement's copies are gone before the connection's next operation.

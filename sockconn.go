@@ -24,10 +24,12 @@ import (
 //     After the connection was idle, the first write first peeks at the socket (one
 //     non-blocking recv); if the server has closed it or sent something unasked, the write
 //     fails without sending anything, so the statement can run on another connection.
-//   - Once a write has failed the connection is broken, and the socket sends nothing more: a
-//     driver's farewell (pgx's cleanup goroutine writes Terminate after a failed write, while the
-//     call that failed is still deciding what it sent) would otherwise count as the statement's
-//     bytes, and a statement that never left would be reported as one that may have run.
+//   - Once a write has failed the connection is broken, and what the driver writes next is its
+//     farewell, not the statement: it is sent but not counted. pgx's cleanup goroutine writes
+//     Terminate after a failed write while the call that failed is still deciding what it sent;
+//     counted, a statement that never left would be reported as one that may have run. Sent,
+//     because pgx then reads until the server closes its end, which the server does on
+//     Terminate: unsent, the cleanup, and the permit with it, would wait for cleanupWait.
 //   - For lib/pq only: Close waits until the backend hung up while a statement may still run
 //     on it (lib/pq sends a cancel request but closes its socket without waiting for the
 //     server, which would give the permit back while the backend still works), and a context
@@ -37,8 +39,8 @@ type sockConn struct {
 	net.Conn
 	check   *sockCheck // nil where the platform cannot peek
 	written atomic.Int64
-	armed   atomic.Bool           // peek before the next write
-	failed  atomic.Pointer[error] // the first failed write's error: nothing more is written
+	armed   atomic.Bool // peek before the next write
+	failed  atomic.Bool // a write failed: what is written after it is not counted
 
 	// lib/pq only.
 	drainOnClose bool
@@ -66,22 +68,21 @@ func newSockConn(c net.Conn, drainOnClose bool) *sockConn {
 }
 
 func (s *sockConn) Write(b []byte) (int, error) {
-	if failed := s.failed.Load(); failed != nil {
-		return 0, *failed
+	if s.failed.Load() {
+		return s.Conn.Write(b)
 	}
 	if s.armed.Load() {
 		s.armed.Store(false)
 		if s.check.peerGone() {
-			err := error(&net.OpError{Op: "write", Net: "tcp", Err: errHungUpWhileIdle})
-			s.failed.Store(&err)
-			return 0, err
+			s.failed.Store(true)
+			return 0, &net.OpError{Op: "write", Net: "tcp", Err: errHungUpWhileIdle}
 		}
 	}
 	n, err := s.Conn.Write(b)
 	s.written.Add(int64(n))
 	if err != nil {
+		s.failed.Store(true)
 		err = s.explain(err)
-		s.failed.Store(&err)
 	}
 	return n, err
 }
