@@ -27,6 +27,4 @@ rewrite "$f" 'driverConn.(*stdlib.Conn)' 'asStdlibConn(driverConn)' 5
 
 plain() { export PGX_TEST_DATABASE=$SCRATCH_DSN; }
 gated() { export PGX_TEST_DATABASE=$SCRATCH_DSN CONFORMANCE_GATED="gate_driver=pgx $GATE_ROOM"; }
-run_tests pgx-stdlib plain "$pkg" plain "$TMP/pgx.test"
-run_tests pgx-stdlib gated "$pkg" gated "$TMP/pgx.test"
-compare pgx-stdlib
+run_suite pgx-stdlib "$pkg" plain gated "$TMP/pgx.test"

@@ -44,9 +44,8 @@ SUITE_BY_DESIGN=TestUnexpectedEOF,TestQueryRowContextBad
 
 plain() { :; }
 gated() { export CONFORMANCE_GATED="$GATE_ROOM"; }
-run_tests libpq plain "$mod" plain "$TMP/pq.test"
-run_tests libpq gated "$mod" gated "$TMP/pq.test"
-compare libpq
+status=0
+run_suite libpq "$mod" plain gated "$TMP/pq.test" || status=1
 
 # TestConnectMulti dials fake servers of its own, which want the database name pqgo (no real
 # database of that name is needed), and checks the shape of lib/pq's error for several hosts:
@@ -56,7 +55,6 @@ compare libpq
 if [ "${CONFORMANCE_PQ_DOCKER_TESTS:-0}" != 1 ]; then
   multi_plain() { export PGDATABASE=pqgo; }
   multi_gated() { export PGDATABASE=pqgo CONFORMANCE_GATED="$GATE_ROOM"; }
-  SUITE_RUN='^TestConnectMulti$' SUITE_SKIP= run_tests libpq-multi plain "$mod" multi_plain "$TMP/pq.test"
-  SUITE_RUN='^TestConnectMulti$' SUITE_SKIP= run_tests libpq-multi gated "$mod" multi_gated "$TMP/pq.test"
-  SUITE_BY_DESIGN= compare libpq-multi
+  SUITE_RUN='^TestConnectMulti$' SUITE_SKIP= SUITE_BY_DESIGN= run_suite libpq-multi "$mod" multi_plain multi_gated "$TMP/pq.test" || status=1
 fi
+exit $status

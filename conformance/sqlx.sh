@@ -27,8 +27,6 @@ status=0
 for inner in postgres pgx; do
   suite=sqlx-$inner
   [ $inner = postgres ] && suite=sqlx-libpq
-  run_tests $suite plain "$pkg" plain "$TMP/sqlx.test"
-  run_tests $suite gated "$pkg" gated "$TMP/sqlx.test"
-  compare $suite || status=$(($? > status ? $? : status))
+  run_suite $suite "$pkg" plain gated "$TMP/sqlx.test" || status=$(($? > status ? $? : status))
 done
 exit $status

@@ -213,6 +213,7 @@ func compareCmd(args []string) (lost bool, err error) {
 	suite := fs.String("suite", "", "suite name for the summary line")
 	logPath := fs.String("log", "", "the second run's test2json stream, to print the output of the tests it lost")
 	expected := fs.String("expected", "", "comma-separated tests that gated fails by design (documented in README.md): reported, not counted")
+	lostPath := fs.String("lost", "", "file to write the top-level tests the second run lost to, one per line (empty when none)")
 	fs.Parse(args)
 	byDesign := map[string]bool{}
 	for _, n := range strings.Split(*expected, ",") {
@@ -231,13 +232,14 @@ func compareCmd(args []string) (lost bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	var names, designed []string
+	var names, lostTests, designed []string
 	for name, r := range base {
 		if r == "pass" && cand[name] != "pass" && byDesign[name] {
 			designed = append(designed, name)
 			continue
 		}
 		if r == "pass" && cand[name] != "pass" {
+			lostTests = append(lostTests, name)
 			if name == processResult {
 				name = processResult + " (the test process failed after its tests; TestMain's checks)"
 			}
@@ -245,7 +247,17 @@ func compareCmd(args []string) (lost bool, err error) {
 		}
 	}
 	slices.Sort(names)
+	slices.Sort(lostTests)
 	slices.Sort(designed)
+	if *lostPath != "" {
+		var b strings.Builder
+		for _, n := range lostTests {
+			b.WriteString(n + "\n")
+		}
+		if err := os.WriteFile(*lostPath, []byte(b.String()), 0o644); err != nil {
+			return false, err
+		}
+	}
 	if len(designed) > 0 {
 		fmt.Printf("%s: gated fails %d test(s) by design (see conformance/README.md): %s\n", *suite, len(designed), strings.Join(designed, " "))
 	}
