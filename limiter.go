@@ -338,13 +338,14 @@ func tolerance(base time.Duration) time.Duration {
 // A limit it had to leave is the knee. A rise is a probe: if the very next window's own median is
 // not clearly within the tolerance (gradientProbeMargin of it) and the rise did not buy throughput
 // (gradientProbeGain), the limit goes straight back (a probe costs one window, not the several the
-// moving average needs to notice), and it does not rise to the knee again for gradientMemory
-// windows, twice that after each probe that failed in a row (up to gradientMemoryMax), so that
-// under steady load it stays where it is. The knee is forgotten at once when the hold time below it
-// falls under gradientRecovered of the highest it has been since the knee was found (starting from
-// what it was then or, after a fall, what it should have become): the server has room again
-// (another tenant's load ended); and when the baseline rebased, since it was found against the old
-// one.
+// moving average needs to notice); a probe that stays goes back all the same when the window after
+// it exceeds the tolerance, for one window may show a faster stretch of the server by chance. Then
+// it does not rise to the knee again for gradientMemory windows, twice that after each probe that
+// failed in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The
+// knee is forgotten at once when the hold time below it falls under gradientRecovered of the
+// highest it has been since the knee was found (starting from what it was then or, after a fall,
+// what it should have become): the server has room again (another tenant's load ended); and when
+// the baseline rebased, since it was found against the old one.
 //
 // A fall is judged as a rise is: if the first window after a fall that lowered the limit in force
 // to show no queueing at the lower limit (within gradientFlat of the baseline), one of the next
@@ -363,6 +364,7 @@ type gradientLimit struct {
 	fails     int           // probes to the knee that failed in a row
 	kneeRTT   time.Duration // the highest hold time below the knee since it was found
 	probed    float64       // the limit before the last window's rise, 0 when it did not rise
+	confirm   float64       // the limit before a rise the last window let stay, 0 when none
 	probeRTT  time.Duration
 	probeRate float64 // what the window before the rise served: running operations per second of hold time
 	fell      float64 // the limit in force before a fall below it that is still being judged, 0 when none
@@ -422,7 +424,7 @@ func servedRate(w *windowStats) float64 {
 
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if w.rebased {
-		a.knee, a.memory, a.fails = 0, 0, 0
+		a.knee, a.memory, a.fails, a.confirm = 0, 0, 0, 0
 	}
 	if a.memory > 0 {
 		if a.memory--; a.memory == 0 {
@@ -432,8 +434,8 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	// Growth is reckoned from the limit in force, the rounded one: a limit of 1.8 admits 2.
 	cur := max(1, math.Round(limit))
 	rtt, base, tol := float64(w.rtt), float64(w.base), float64(tolerance(w.base))
-	probed, fell := a.probed, a.fell
-	a.probed = 0
+	probed, fell, confirm := a.probed, a.fell, a.confirm
+	a.probed, a.confirm = 0, 0
 	if cur != a.level {
 		a.level, a.levelRate, a.levelCalm, a.levelN = cur, 0, 0, 0
 	}
@@ -475,10 +477,20 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		return min(probed, limit)
 	}
 	if probed > 0 {
-		a.fails = 0
 		// Only this window ran at the new limit: its own median, not an average of windows at
 		// the old one, says whether there is room for more.
 		rtt = max(rtt, float64(w.raw))
+		a.confirm = probed
+	} else if confirm > 0 {
+		// The window after the one that let the probe stay confirms it: one window's median
+		// may fall within the margin by chance, when the server ran a little faster for
+		// those 200 ms, and the moving average would then take several windows to notice.
+		if float64(w.raw) > tol {
+			a.fails++
+			a.setKnee(cur, a.probeRTT)
+			return min(confirm, limit)
+		}
+		a.fails = 0
 	}
 	if rtt > tol {
 		next := limit * max(0.5, (1+tol/rtt)/2)

@@ -889,3 +889,33 @@ func TestLimiterFailedProbeNeverRaisesALimitLoweredMeanwhile(t *testing.T) {
 		t.Errorf("the failed probe raised the limit from 3.6 to %v", got)
 	}
 }
+
+func TestLimiterConfirmsAProbeByTheWindowAfterIt(t *testing.T) {
+	base := 4 * time.Millisecond // tolerance 6ms, margin 5.4ms
+	for _, c := range []struct {
+		name string
+		raw  time.Duration // the median of the window after the probe's
+		want float64
+	}{{"beyond the tolerance", millis(7.2), 2}, {"within it", millis(5.8), 3}} {
+		g := new(gradientLimit)
+		if up := g.next(2, &windowStats{rtt: millis(4.4), raw: millis(4.4), base: base, inflight: 2, limited: true, ok: 100}); up != 3 {
+			t.Fatalf("no probe from 2 with the hold time at 1.1× the baseline: %v", up)
+		}
+		// The probe's window was a fast one, within the margin by chance: it stays.
+		if got := g.next(3, &windowStats{rtt: millis(4.6), raw: millis(5.2), base: base, inflight: 3, limited: true, ok: 100}); got != 3 {
+			t.Fatalf("the probe within the margin did not stay: %v", got)
+		}
+		// The moving average is still within the tolerance; the window's own median says.
+		got := g.next(3, &windowStats{rtt: millis(5.2), raw: c.raw, base: base, inflight: 3, limited: true, ok: 100})
+		if got != c.want {
+			t.Errorf("%s: the window after the probe at %v: limit %v, want %v", c.name, c.raw, got, c.want)
+		}
+		if got != 2 {
+			continue
+		}
+		// Back at 2 without queueing, the knee is remembered: no probe to 3 at once.
+		if again := g.next(2, &windowStats{rtt: millis(4.4), raw: millis(4.4), base: base, inflight: 2, limited: true, ok: 100}); again != 2 {
+			t.Errorf("a probe to %v at once after the confirmation failed", again)
+		}
+	}
+}
