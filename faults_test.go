@@ -197,6 +197,22 @@ func TestStatementOnConnectionKilledWhileIdleRunsOnceElsewhere(t *testing.T) {
 	})
 }
 
+// idleSocket returns gated's socket of c's only idle connection, nil when there is none.
+func idleSocket(c *Connector) *sockConn {
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if len(c.pool.idle) != 1 {
+		return nil
+	}
+	switch ic := c.pool.idle[0].inner.(type) {
+	case *pgxConn:
+		return ic.sock
+	case *pqConn:
+		return ic.sock
+	}
+	return nil
+}
+
 // A statement whose write failed sent nothing and runs on a new connection, as soon as the
 // broken one is closed: the driver's farewell (pgx's Terminate, after which it waits for the
 // server to hang up) reaches the server, and the cleanup does not wait for cleanupWait (15 s)
@@ -206,17 +222,7 @@ func TestStatementWhoseWriteFailedRunsElsewhereWithoutWaitingForTheCleanup(t *te
 	runPG(t, oneAtATime, func(t *testing.T, e *pgEnv) {
 		table := pgTable(t, e.adm, "id int")
 		backendPID(t, e.db)
-		e.c.pool.mu.Lock()
-		var sock *sockConn
-		if len(e.c.pool.idle) == 1 {
-			switch ic := e.c.pool.idle[0].inner.(type) {
-			case *pgxConn:
-				sock = ic.sock
-			case *pqConn:
-				sock = ic.sock
-			}
-		}
-		e.c.pool.mu.Unlock()
+		sock := idleSocket(e.c)
 		if sock == nil {
 			t.Fatal("no socket of gated's on the idle connection")
 		}

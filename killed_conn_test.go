@@ -143,21 +143,13 @@ func TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
 // next sends something; a check that takes that lock waits forever, with the permit held.
 func TestIdleSocketCheckCoversBothDrivers(t *testing.T) {
 	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1", func(t *testing.T, e *pgEnv) {
-		db, c, drv := e.db, e.c, e.drv
-		backendPID(t, db)
-		c.pool.mu.Lock()
-		var sock *sockCheck
-		if len(c.pool.idle) == 1 {
-			switch ic := c.pool.idle[0].inner.(type) {
-			case *pgxConn:
-				sock = ic.sock.check
-			case *pqConn:
-				sock = ic.sock.check
-			}
+		backendPID(t, e.db)
+		var check *sockCheck
+		if sock := idleSocket(e.c); sock != nil {
+			check = sock.check
 		}
-		c.pool.mu.Unlock()
-		if sock == nil && runtime.GOOS != "windows" {
-			t.Errorf("the idle %s connection has no socket check: a connection killed while idle is sent its next statement", drv)
+		if check == nil && runtime.GOOS != "windows" {
+			t.Errorf("the idle %s connection has no socket check: a connection killed while idle is sent its next statement", e.drv)
 		}
 	})
 }
