@@ -197,22 +197,6 @@ func TestStatementOnConnectionKilledWhileIdleRunsOnceElsewhere(t *testing.T) {
 	})
 }
 
-// idleSocket returns gated's socket of c's only idle connection, nil when there is none.
-func idleSocket(c *Connector) *sockConn {
-	c.pool.mu.Lock()
-	defer c.pool.mu.Unlock()
-	if len(c.pool.idle) != 1 {
-		return nil
-	}
-	switch ic := c.pool.idle[0].inner.(type) {
-	case *pgxConn:
-		return ic.sock
-	case *pqConn:
-		return ic.sock
-	}
-	return nil
-}
-
 // A statement whose write failed sent nothing and runs on a new connection, as soon as the
 // broken one is closed: the driver's farewell (pgx's Terminate, after which it waits for the
 // server to hang up) reaches the server, and the cleanup does not wait for cleanupWait (15 s)

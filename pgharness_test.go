@@ -131,6 +131,22 @@ func admin(t testing.TB) *sql.DB {
 	return db
 }
 
+// idleSocket returns gated's socket of c's only idle connection, nil when there is none.
+func idleSocket(c *Connector) *sockConn {
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if len(c.pool.idle) != 1 {
+		return nil
+	}
+	switch ic := c.pool.idle[0].inner.(type) {
+	case *pgxConn:
+		return ic.sock
+	case *pqConn:
+		return ic.sock
+	}
+	return nil
+}
+
 // waitIdle waits until the gate of c has nothing running or waiting and no physical connection
 // in use.
 func waitIdle(t testing.TB, c *Connector) {
