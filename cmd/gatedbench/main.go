@@ -133,7 +133,7 @@ func parseFlags(args []string) (config, string, error) {
 	fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "per-request deadline in the overload runs (also gated's gate_queue_wait)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "arrivals per overload level and contender")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per overhead cell, contender and round")
-	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each closed-loop measurement (overhead cells, capacity)")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each closed-loop measurement (overhead cells, capacity), extended until every worker's first operation ended")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved overhead rounds")
 	fs.StringVar(&cfg.Observe, "observe", cfg.Observe, "attach to gated in the overhead cells: `metrics` (gatedprom's collector and gatedotel's Observer) or traces (the same, and every contender's operations in sampled spans); empty for nothing")
 	fs.DurationVar(&cfg.CapacityFor, "capacity", cfg.CapacityFor, "closed-loop capacity measurement per overload query")

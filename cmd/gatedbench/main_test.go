@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,5 +197,28 @@ func TestPairedByRoundComparesRunsOfTheSameRound(t *testing.T) {
 	// that it served 0.9 of the round's best in every round.
 	if vsBest, _ := pairedByRound(s, "auto", []string{"B=1", "B=2"}, "B=2", 2); vsBest != (stat{}) {
 		t.Errorf("at a load without runs: %+v, want nothing", vsBest)
+	}
+}
+
+func TestClosedLoopMeasuresOnlyOnceEveryWorkerIsWarm(t *testing.T) {
+	// Each worker's first operation is slow, as one that opens a connection is on a busy
+	// machine: longer than the warm-up and the measured window together. Were the window to
+	// begin at the end of the warm-up regardless, it would see no operation at all.
+	var first [2]atomic.Bool
+	op := func(ctx context.Context, worker int) error {
+		if first[worker].CompareAndSwap(false, true) {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return nil
+	}
+	lr, err := closedLoop(context.Background(), op, make([]workerState, 2), 10*time.Millisecond, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.Ops == 0 {
+		t.Errorf("no operation measured: the window began before the workers' first operations ended")
+	}
+	if lr.Elapsed < 50*time.Millisecond {
+		t.Errorf("measured for %v, want the whole window of 50ms", lr.Elapsed)
 	}
 }

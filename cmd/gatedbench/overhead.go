@@ -312,25 +312,37 @@ const (
 	phaseStop
 )
 
-// closedLoop runs op in len(workers) goroutines for warmup, then measures for dur: operations
-// that complete while measuring are counted (an unbiased throughput in steady state), their
-// latencies recorded, and the process's allocations and CPU time taken over the same window.
-// It returns an error only when ctx ends.
+// closedLoop runs op in len(workers) goroutines for warmup, and until every worker's first
+// operation has ended (the first one opens a connection, which on a busy machine can take longer
+// than the warm-up), then measures for dur: operations that complete while measuring are counted
+// (an unbiased throughput in steady state), their latencies recorded, and the process's
+// allocations and CPU time taken over the same window. It returns an error only when ctx ends.
 func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur time.Duration) (loopResult, error) {
 	var phase atomic.Int32
-	var wg sync.WaitGroup
+	var wg, warm sync.WaitGroup
 	runtime.GC() // garbage of the previous measurement is not this one's to collect
 	for i := range workers {
 		w := &workers[i]
 		w.h.reset()
 		w.ops, w.errs, w.err = 0, 0, nil
 		wg.Add(1)
+		warm.Add(1)
 		go func() {
-			defer wg.Done()
+			warmed := false
+			defer func() {
+				if !warmed { // ctx ended first
+					warm.Done()
+				}
+				wg.Done()
+			}()
 			for phase.Load() != phaseStop && ctx.Err() == nil {
 				t0 := time.Now()
 				err := op(ctx, i)
 				d := time.Since(t0)
+				if !warmed {
+					warmed = true
+					warm.Done()
+				}
 				if phase.Load() != phaseMeasure {
 					continue
 				}
@@ -346,6 +358,12 @@ func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur t
 		}()
 	}
 	sleep(ctx, warmup)
+	warmed := make(chan struct{})
+	go func() { warm.Wait(); close(warmed) }()
+	select {
+	case <-warmed:
+	case <-ctx.Done():
+	}
 	phase.Store(phaseMeasure)
 	m0, c0, t0 := mallocs(), cpuTime(), time.Now()
 	sleep(ctx, dur)
