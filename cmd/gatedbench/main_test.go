@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -197,6 +198,45 @@ func TestPairedByRoundComparesRunsOfTheSameRound(t *testing.T) {
 	// that it served 0.9 of the round's best in every round.
 	if vsBest, _ := pairedByRound(s, "auto", []string{"B=1", "B=2"}, "B=2", 2); vsBest != (stat{}) {
 		t.Errorf("at a load without runs: %+v, want nothing", vsBest)
+	}
+}
+
+func TestSteadyBandTellsACreepFromALimitThatMoves(t *testing.T) {
+	series := func(limit func(s int) float64) []point1 {
+		var ps []point1
+		for s := range 630 {
+			ps = append(ps, point1{T: float64(s), Limit: limit(s)})
+		}
+		return ps
+	}
+	// The first 30 s are the limit's to find its level, and are left out.
+	st, ok := steadyBand(series(func(s int) float64 {
+		if s < 30 {
+			return 1
+		}
+		return 3
+	}), steadySettle)
+	if !ok || st.n != 600 || st.in != 600 || st.mean != 3 || st.trend != 0 || len(st.minutes) != 10 {
+		t.Errorf("a steady limit of 3: %+v", st)
+	}
+	// A limit at 2 for the first five minutes and at 3 after: minutes apart, every second out
+	// of the band around 2.5, and a trend (the least-squares line through a step rises).
+	st, _ = steadyBand(series(func(s int) float64 {
+		if s < 330 {
+			return 2
+		}
+		return 3
+	}), steadySettle)
+	if st.in != 0 || st.minutes[0] != 2 || st.minutes[9] != 3 || math.Abs(st.worst-0.2) > 1e-9 {
+		t.Errorf("a limit at 2, then at 3: %+v", st)
+	}
+	// A creep of 0.5 permits a minute from 2: the trend says so, whatever the band says.
+	st, _ = steadyBand(series(func(s int) float64 { return 2 + float64(s-30)/120 }), steadySettle)
+	if math.Abs(st.trend-0.5) > 1e-9 {
+		t.Errorf("a creep of 0.5 a minute: trend %v", st.trend)
+	}
+	if _, ok := steadyBand(series(func(int) float64 { return 2 })[:30], steadySettle); ok {
+		t.Error("a run shorter than the settling time measured something")
 	}
 }
 
