@@ -41,8 +41,9 @@
 // Rollback, rows.Close, or (*sql.Conn).Close. A healthy physical connection then goes straight to
 // the next waiter together with the permit, or back to the pool; a broken one is closed, and the
 // permit is released only once the driver's cleanup (including a server-side cancel) has ended.
-// Because the B of every gate add up to at most P, nobody ever waits for a physical connection:
-// the gate's queue is the only queue.
+// Because the B of every gate add up to at most P, nobody waits for a physical connection beyond
+// one still being opened: the gate's queue is the only queue. A connection being opened when its
+// caller's context ends goes on opening for the pool, and serves the next caller.
 //
 // # Drivers
 //

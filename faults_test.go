@@ -494,6 +494,34 @@ func TestLibPQConnectTimeoutIsNotExtendedByGated(t *testing.T) {
 	p.Blackhole(false)
 }
 
+// A server slower to accept a connection than any caller's deadline (a flood of connection
+// attempts, an overloaded host) still gets the pool its connections: the dial a caller left
+// goes on, and the next caller, with the same short deadline, is served by the connection it
+// opened. Were the dial cut short with its caller, every attempt would be thrown away, and
+// under overload each of them costs the server a backend's start-up.
+func TestDialSlowerThanTheCallersDeadlineServesTheNextCaller(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		p, base := proxied(t)
+		p.SlowDials(time.Second)
+		db, c, _ := openPGAt(t, base, drv, oneAtATime)
+		ping := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			return db.PingContext(ctx)
+		}
+		if err := ping(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Ping while the server takes a second to accept: %v, want the deadline", err)
+		}
+		waitFor(t, "the connection the first caller left opened for the pool", func() bool { return c.Stats().Pool.Idle == 1 })
+		if err := ping(); err != nil {
+			t.Fatalf("Ping with an idle connection: %v", err)
+		}
+		if s := c.Stats().Pool; s.Opened != 1 || s.ConnectCanceled != 1 || s.ConnectErrors != 0 {
+			t.Errorf("pool stats %+v, want 1 opened, 1 canceled, no connect error", s)
+		}
+	})
+}
+
 // A connection attempt cut short by the caller's own deadline is not the server's failure:
 // ConnectCanceled counts it, ConnectErrors does not.
 func TestConnectCutShortByTheCallerIsNotAConnectError(t *testing.T) {

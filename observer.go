@@ -95,12 +95,14 @@ const (
 	// EventConnOpened: a physical connection was opened. Duration is the inner driver's
 	// Connect call.
 	EventConnOpened
-	// EventConnectFailed: opening a physical connection failed before the caller's context
-	// ended (its deadline had not passed): the server's or the network's failure.
+	// EventConnectFailed: opening a physical connection failed for the server's or the
+	// network's reasons, not because the caller's context ended (also after the caller left: the
+	// attempt goes on for the pool).
 	EventConnectFailed
-	// EventConnectCanceled: getting a physical connection ready for an operation (opening one,
-	// or checking an idle one before reuse) was cut short by the caller's context: it was
-	// canceled, or its deadline passed, whatever error the driver reported for that.
+	// EventConnectCanceled: the caller's context ended while a physical connection was being
+	// got ready for its operation (opened, or an idle one checked before reuse): it was canceled,
+	// or its deadline passed, whatever error the driver reported for that. A connection being
+	// opened goes on opening for the pool: EventConnOpened or EventConnectFailed follows.
 	EventConnectCanceled
 	// EventConnClosed: a physical connection was closed, for Reason.
 	EventConnClosed

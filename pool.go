@@ -16,12 +16,15 @@ import (
 // finishes its asynchronous cleanup (pgx closes a cancelled connection in the background).
 const cleanupWait = 15 * time.Second
 
+// leftDialWait bounds how long a dial goes on after the caller that started it left (see dial).
+const leftDialWait = 15 * time.Second
+
 // A pool owns the physical connections of one Connector: at most maxConns open, idle ones kept
 // LIFO so that surplus connections age out. It has no wait queue of its own: callers hold an
 // execution permit, and because the gates' B add up to at most maxConns and a permit is released
 // only after its connection is idle again or destroyed, a permit holder always finds an idle
-// connection or room to open one. The only wait is for a connection that is still closing, for
-// example one the reaper expired.
+// connection or room to open one. The only waits are for a connection that is still closing, for
+// example one the reaper expired, and for one still opening for a caller that left (see dial).
 type pool struct {
 	connector driver.Connector
 	wrap      func(driver.Conn, *sockConn) innerConn // the driver seam, for each new connection
@@ -51,8 +54,10 @@ type pool struct {
 	// pool's work, and lifetimes of minutes do not need nanoseconds.
 	clock atomic.Int64
 
-	stop chan struct{}  // closed by close: stops the reaper
-	bg   sync.WaitGroup // reaper and background destroys
+	stop chan struct{}      // closed by close: stops the reaper
+	life context.Context    // ends when close begins: ends the dials (see dial)
+	end  context.CancelFunc // ends life
+	bg   sync.WaitGroup     // reaper, dials and background destroys
 }
 
 // maxReapInterval bounds how late an expired idle connection is closed, and the pool clock's
@@ -60,7 +65,8 @@ type pool struct {
 const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
-	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, stop: make(chan struct{})}
+	life, end := context.WithCancel(context.Background())
+	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, stop: make(chan struct{}), life: life, end: end}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
@@ -88,6 +94,7 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 		if p.open < p.maxConns {
 			p.open++
 			p.startReaperLocked()
+			p.bg.Add(1) // the dial's goroutine
 			p.mu.Unlock()
 			return p.dial(ctx)
 		}
@@ -125,9 +132,71 @@ func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, s
 	return dc, slot.Load(), err
 }
 
+// A dialing is one connection being opened, and whose it is: the caller's that started it, or,
+// once that caller has left, the pool's. Its fields are guarded by the pool's mu.
+type dialing struct {
+	done chan struct{} // closed when the dial ended for a caller still waiting: dc, sock, err are set
+	dc   driver.Conn
+	sock *sockConn
+	err  error
+	left *time.Timer // set when the caller left: ends the dial after leftDialWait
+}
+
+// dial opens a connection for a caller under ctx, in a slot of the pool already counted in open
+// (and a goroutine counted in bg). The dial is bounded by the pool's life, not by ctx: the caller
+// waits for it until ctx ends, and if ctx ends first the caller returns its error and the dial
+// goes on, for at most leftDialWait, for the pool. The connection it opens then becomes idle for
+// the next caller (who, finding every slot taken, waits for it), or its slot is freed if it fails.
+// A dial bound to its caller's context is thrown away whenever it outlasts the caller's
+// deadline, and under overload with short deadlines it does: each abandoned attempt still costs
+// the server a backend's start-up, dials slow down further, and a gate of 8 on a 2-core server
+// at 5 times its capacity with 100 ms deadlines opened no connection at all, every attempt cut
+// short (pgxpool goes on with a connection its caller left for the same reason).
 func (p *pool) dial(ctx context.Context) (*physConn, error) {
 	start := p.obs.now()
-	dc, sock, err := connect(ctx, p.connector)
+	d := &dialing{done: make(chan struct{})}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(p.life, cancel) // the pool closed
+	go func() {
+		defer p.bg.Done()
+		defer stop()
+		defer cancel()
+		dc, sock, err := connect(dctx, p.connector)
+		p.mu.Lock()
+		if d.left == nil {
+			d.dc, d.sock, d.err = dc, sock, err
+			close(d.done)
+			p.mu.Unlock()
+			return
+		}
+		d.left.Stop()
+		p.mu.Unlock()
+		p.adopt(ctx, start, dctx, dc, sock, err)
+	}()
+	select {
+	case <-d.done:
+		return p.dialedFor(ctx, start, d.dc, d.sock, d.err)
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	select {
+	case <-d.done:
+		// It ended as ctx did: the caller takes it as usual (binding.ready hands a connection
+		// back to the pool when its caller's context has ended).
+		p.mu.Unlock()
+		return p.dialedFor(ctx, start, d.dc, d.sock, d.err)
+	default:
+	}
+	d.left = time.AfterFunc(leftDialWait, cancel)
+	p.countDialFailureLocked(true)
+	p.mu.Unlock()
+	err := ctx.Err()
+	p.obs.dialed(start, ctx, true, err)
+	return nil, fmt.Errorf("gated: opening a physical connection: %w", err)
+}
+
+// dialedFor finishes a dial for the caller that waited for it under ctx.
+func (p *pool) dialedFor(ctx context.Context, start time.Duration, dc driver.Conn, sock *sockConn, err error) (*physConn, error) {
 	canceled := callerEnded(ctx, err)
 	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
@@ -145,8 +214,53 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 		}
 		return nil, err
 	}
-	p.opened++
+	pc := p.newConnLocked(dc, sock)
 	p.inUse++
+	return pc, nil
+}
+
+// adopt finishes a dial whose caller left (ctx was its context; dctx the dial's): its connection
+// becomes idle, or is closed when the pool closed or shrank meanwhile; a failure frees the slot
+// and counts as the server's or network's unless the pool itself ended the dial (dctx).
+func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Context, dc driver.Conn, sock *sockConn, err error) {
+	if err != nil {
+		ours := dctx.Err() != nil
+		if !ours {
+			p.obs.dialed(start, ctx, false, err)
+		}
+		p.mu.Lock()
+		if !ours {
+			p.countDialFailureLocked(false)
+		}
+		p.releaseSlotLocked()
+		p.mu.Unlock()
+		return
+	}
+	p.obs.dialed(start, ctx, false, nil)
+	p.mu.Lock()
+	pc := p.newConnLocked(dc, sock)
+	if p.closed || p.open > p.maxConns {
+		pc.closedFor = CloseConnector
+		if !p.closed {
+			pc.closedFor = CloseShrunk
+		}
+		p.inUse++ // destroy counts it out again
+		p.mu.Unlock()
+		p.destroy(pc)
+		return
+	}
+	pc.idleSince = p.clock.Load()
+	p.idle = append(p.idle, pc)
+	if p.freed != nil { // a caller waits for a slot: this connection is for it
+		close(p.freed)
+		p.freed = nil
+	}
+	p.mu.Unlock()
+}
+
+// newConnLocked wraps a new driver connection and counts it opened.
+func (p *pool) newConnLocked(dc driver.Conn, sock *sockConn) *physConn {
+	p.opened++
 	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
 	if p.jitter > 0 {
@@ -154,7 +268,7 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 		// expires at lifetime + [0, jitter), so connections opened together expire apart.
 		pc.createdAt += rand.Int64N(int64(p.jitter))
 	}
-	return pc, nil
+	return pc
 }
 
 // put makes a healthy connection idle and reports true, or reports false when the pool is closed
@@ -276,6 +390,7 @@ func (p *pool) close() {
 	p.idle = nil
 	p.inUse += len(idle) // destroy counts them out again
 	close(p.stop)
+	p.end()
 	p.bg.Add(len(idle))
 	p.mu.Unlock()
 	for _, pc := range idle {

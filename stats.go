@@ -56,9 +56,9 @@ type PoolStats struct {
 	InUse         int   // connections taken from the pool: bound to an operation, or being closed
 	Opened        int64 // connections opened
 	Closed        int64 // connections closed, the sum of the seven Closed* counters below (ClosedFor)
-	ConnectErrors int64 // attempts to open a connection that failed before the caller's context ended or its deadline passed: the server's or network's failures
+	ConnectErrors int64 // attempts to open a connection that failed for the server's or network's reasons, not the caller's context (also after the caller left: the attempt goes on for the pool)
 
-	ConnectCanceled int64 // attempts to get a connection ready (open one, or check an idle one before reuse) cut short by the caller's context: canceled, or its deadline passed, however the driver reported it
+	ConnectCanceled int64 // attempts to get a connection ready (open one, or check an idle one before reuse) that the caller's context ended: canceled, or its deadline passed, however the driver reported it (a connection being opened goes on opening for the pool)
 	ClosedBroken    int64 // closed because unusable after an operation (failed, busy, left in a transaction, canceled mid-statement)
 	ClosedLifetime  int64 // closed after gate_max_conn_lifetime
 	ClosedIdleTime  int64 // closed after gate_max_conn_idle_time idle

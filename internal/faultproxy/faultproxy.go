@@ -92,6 +92,7 @@ type Proxy struct {
 	longest   int      // longest Match ever armed: how much of the stream to remember
 	held      int      // goroutines waiting in holdLocked; lets tests see a blackhole take hold
 	blackhole bool
+	slowDial  time.Duration
 	closed    bool
 }
 
@@ -177,6 +178,16 @@ func (p *Proxy) Blackhole(on bool) {
 	p.cond.Broadcast()
 }
 
+// SlowDials(d) makes every connection accepted from now on wait d before the proxy dials the
+// target, as a server slow to accept does (a flood of connection attempts, an overloaded
+// host): a client's connection set-up then takes at least d. Connections already dialled are
+// not affected; SlowDials(0) ends it.
+func (p *Proxy) SlowDials(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slowDial = d
+}
+
 // Conns returns how many connections through the proxy are open: accepted and not yet cut or
 // ended by a peer. Blackholed connections count as open.
 func (p *Proxy) Conns() int {
@@ -227,6 +238,19 @@ func (p *Proxy) serve(c *conn) {
 	// A partitioned network lets no handshake through: dial only once the blackhole is lifted.
 	p.mu.Lock()
 	p.holdLocked(c, true)
+	if d := p.slowDial; d > 0 {
+		due := false
+		t := time.AfterFunc(d, func() {
+			p.mu.Lock()
+			due = true
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		})
+		for !due && !c.cut {
+			p.cond.Wait()
+		}
+		t.Stop()
+	}
 	cut := c.cut
 	p.mu.Unlock()
 	if cut {

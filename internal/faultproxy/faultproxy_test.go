@@ -326,3 +326,26 @@ func TestBlackholeRuleHoldsTheConnectionUntilClose(t *testing.T) {
 		t.Errorf("client read %q, %v through a blackhole, want nothing, then EOF or a reset", rest, err)
 	}
 }
+
+func TestSlowDialsDelaysOnlyConnectionsAcceptedAfterIt(t *testing.T) {
+	s := startPG(t)
+	before := connect(t, s.cfg)
+	const d = 300 * time.Millisecond
+	s.p.SlowDials(d)
+	start := time.Now()
+	after := connect(t, s.cfg)
+	if took := time.Since(start); took < d {
+		t.Errorf("a connection accepted after SlowDials(%v) was set up in %v", d, took)
+	}
+	for name, c := range map[string]*pgx.Conn{"before": before, "after": after} {
+		var one int
+		if err := c.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Errorf("the connection made %s SlowDials: %d, %v", name, one, err)
+		}
+	}
+	// Close does not wait out a slow dial: the connection waiting for it is cut at once.
+	s.p.SlowDials(time.Hour)
+	go pgx.ConnectConfig(context.Background(), s.cfg) // ends with the proxy
+	poll(t, "the third connection accepted", func() bool { return s.p.Conns() == 3 })
+	s.p.Close()
+}
