@@ -39,7 +39,7 @@ type pool struct {
 	idle    []*physConn
 	open    int           // connections counted against maxConns: opening, in use, idle or closing
 	inUse   int           // connections bound to an operation
-	freed   chan struct{} // closed when open drops, if someone waits for that; nil otherwise
+	freed   chan struct{} // closed when open drops or a connection turns idle, if someone waits for that; nil otherwise
 	closed  bool
 	reaping bool // the reaper goroutine runs
 	opened  int64
@@ -54,8 +54,7 @@ type pool struct {
 	// pool's work, and lifetimes of minutes do not need nanoseconds.
 	clock atomic.Int64
 
-	stop chan struct{}      // closed by close: stops the reaper
-	life context.Context    // ends when close begins: ends the dials (see dial)
+	life context.Context    // ends when close begins: stops the reaper and ends the dials (see dial)
 	end  context.CancelFunc // ends life
 	bg   sync.WaitGroup     // reaper, dials and background destroys
 }
@@ -66,7 +65,7 @@ const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
 	life, end := context.WithCancel(context.Background())
-	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, stop: make(chan struct{}), life: life, end: end}
+	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, life: life, end: end}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
@@ -240,8 +239,9 @@ func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Cont
 	p.mu.Lock()
 	pc := p.newConnLocked(dc, sock)
 	if p.closed || p.open > p.maxConns {
-		pc.closedFor = CloseConnector
-		if !p.closed {
+		if p.closed {
+			pc.closedFor = CloseConnector
+		} else {
 			pc.closedFor = CloseShrunk
 		}
 		p.inUse++ // destroy counts it out again
@@ -251,10 +251,7 @@ func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Cont
 	}
 	pc.idleSince = p.clock.Load()
 	p.idle = append(p.idle, pc)
-	if p.freed != nil { // a caller waits for a slot: this connection is for it
-		close(p.freed)
-		p.freed = nil
-	}
+	p.wakeLocked() // a caller waiting for a slot: this connection is for it
 	p.mu.Unlock()
 }
 
@@ -314,9 +311,8 @@ func (p *pool) setMax(n int) {
 	p.idle = p.idle[:kept]
 	p.inUse += len(excess) // destroy counts them out again
 	p.bg.Add(len(excess))
-	if p.freed != nil && p.open < n {
-		close(p.freed)
-		p.freed = nil
+	if p.open < n {
+		p.wakeLocked()
 	}
 	p.mu.Unlock()
 	p.destroyAll(excess)
@@ -371,6 +367,11 @@ func (p *pool) destroyAsync(pc *physConn, done func()) {
 
 func (p *pool) releaseSlotLocked() {
 	p.open--
+	p.wakeLocked()
+}
+
+// wakeLocked wakes the callers waiting in get for a slot or an idle connection.
+func (p *pool) wakeLocked() {
 	if p.freed != nil {
 		close(p.freed)
 		p.freed = nil
@@ -389,7 +390,6 @@ func (p *pool) close() {
 	idle := p.idle
 	p.idle = nil
 	p.inUse += len(idle) // destroy counts them out again
-	close(p.stop)
 	p.end()
 	p.bg.Add(len(idle))
 	p.mu.Unlock()
@@ -437,7 +437,7 @@ func (p *pool) reap(interval time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-p.stop:
+		case <-p.life.Done():
 			return
 		case now := <-t.C:
 			p.clock.Store(now.UnixNano())

@@ -358,10 +358,10 @@ func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur t
 		}()
 	}
 	sleep(ctx, warmup)
-	warmed := make(chan struct{})
-	go func() { warm.Wait(); close(warmed) }()
+	allWarm := make(chan struct{})
+	go func() { warm.Wait(); close(allWarm) }()
 	select {
-	case <-warmed:
+	case <-allWarm:
 	case <-ctx.Done():
 	}
 	phase.Store(phaseMeasure)
