@@ -349,7 +349,8 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 	defer ft.watchDeclared()()
 	// A survivor's refreshes as the table records them: when the database ran each (its lease's
 	// expiry less the TTL) and the connections it declared after it, read by the survivor's loop
-	// at the start of every turn, so that no refresh goes unseen.
+	// at the start of every turn, so that no refresh goes unseen. Its newest row: a member that
+	// had to join again (a refresh late on a loaded machine fences it) leaves its old row behind.
 	type refreshed struct {
 		at    time.Time
 		conns int
@@ -359,7 +360,7 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 	record := func(name string) func() {
 		return func() {
 			var r refreshed
-			err := ft.adm.QueryRow("SELECT expires - $3::text::interval, conns FROM "+ft.table+" WHERE fleet = $1 AND info = $2",
+			err := ft.adm.QueryRow("SELECT expires - $3::text::interval, conns FROM "+ft.table+" WHERE fleet = $1 AND info = $2 ORDER BY expires DESC LIMIT 1",
 				ft.name, name, interval(ft.ttl)).Scan(&r.at, &r.conns)
 			if err != nil {
 				return // not joined yet
@@ -392,7 +393,7 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 	frozen.Store(true)
 	<-parked // its last refresh is done: its lease expires a TTL after the database ran it
 	var expires time.Time
-	if err := ft.adm.QueryRow("SELECT expires FROM "+ft.table+" WHERE fleet = $1 AND info = 'member 3'", ft.name).Scan(&expires); err != nil {
+	if err := ft.adm.QueryRow("SELECT expires FROM "+ft.table+" WHERE fleet = $1 AND info = 'member 3' ORDER BY expires DESC LIMIT 1", ft.name).Scan(&expires); err != nil {
 		t.Fatal(err)
 	}
 	var killed time.Time
