@@ -207,7 +207,11 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 	}
 	w.raw = w.rtt
 	a.sustained = a.arrivals >= sustainedOverload*n
-	w.rebased = a.base.update(w.rtt, w.inflight, d, a.current() <= a.min)
+	usual := a.smoothed
+	if usual == 0 {
+		usual = w.rtt
+	}
+	w.rebased = a.base.update(w.rtt, usual, w.inflight, d, a.current() <= a.min)
 	w.base, w.unproven = a.base.value, a.base.prior > 0
 	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
@@ -242,12 +246,15 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 // the limit with it. A slower window pulls it up slowly (baselineDrift), and only when it shows
 // no queueing at all (within gradientFlat of the baseline) at no more concurrency than the
 // baseline was measured at: so it follows the noise of the windows around it and nothing else.
-// (A faster window also sets that concurrency to its own. On a machine whose speed changes from
-// one stretch to the next by more than the windows' noise, the windows at the limit, which hold
-// a little queueing, then raise the baseline within gradientFlat, and the limit climbs with the
-// tolerance: simulated, 10–15 % per 200 ms on 4 cores moves it from the knee towards the
-// ceiling. Keeping the least concurrency instead sinks the baseline to the fastest windows, and
-// anchoring it at the last window measured there freezes it at the gate's first window.)
+// A faster window measures it at its own concurrency only where the limit's usual hold time (the
+// windows' moving average before it) shows no queueing either, or at less concurrency: a
+// sleeping query at the ceiling, whose windows then keep the baseline from sinking to the
+// fastest of them. At a limit that usually queues, a faster window is a faster stretch of the
+// machine, not the no-load hold time: were the baseline measured there, the windows at the
+// limit within gradientFlat of it would raise it to the limit's own hold time, the tolerance with
+// it, and a fourth permit would project within it (traced on the test machine: a baseline from
+// 5.0 to 6.0 ms within 20 s at 3 permits; simulated, another tenant's load that then stays
+// within the tolerance).
 // A window that is slower than that, even within the tolerance, leaves it where it is. Were the
 // baseline to follow such windows, another tenant's load taking the server's CPU would raise it
 // step by step while the limit stands, the known failure of limiters built on a moving baseline;
@@ -277,15 +284,18 @@ type baseline struct {
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
-// average, at the minimum limit or not, and reports whether it rebased: rose after lasting
-// queueing at the minimum.
-func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
+// average, at the minimum limit or not, and usual, the moving average of the windows before it,
+// and reports whether it rebased: rose after lasting queueing at the minimum.
+func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
 	switch {
 	case b.value == 0:
 		b.value, b.inflight = rtt, inflight
 	case rtt <= b.value:
+		if inflight < b.inflight || usual <= time.Duration(gradientFlat*float64(b.value)) {
+			b.inflight = inflight
+		}
 		b.toward(rtt, d, baselineFall)
-		b.inflight, b.slow = inflight, 0
+		b.slow = 0
 		if b.value <= time.Duration(gradientFlat*float64(b.prior)) {
 			b.prior = 0
 		}

@@ -139,7 +139,7 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 				mean = ph.fast
 			}
 			// One completion of running operations each taking about mean.
-			now += mean / time.Duration(running)
+			now += time.Duration(factor * float64(mean) / float64(running))
 			hold := time.Duration(factor * float64(mean) * math.Exp(0.1*rng.NormFloat64()))
 			waiting := 0
 			if ph.demand > running {
@@ -229,6 +229,45 @@ func TestLimiterCPUBoundSettlesAtTheKnee(t *testing.T) {
 			t.Errorf("hold p50 %v, want ≤ 2× the unloaded %v (limits %v)", p50, simS, tr.limits[0])
 		}
 	})
+}
+
+func TestLimiterDoesNotCreepOnAMachineWhoseSpeedVaries(t *testing.T) {
+	// Four cores whose speed changes by 10 or 15 % from one 200ms stretch to the next, for ten
+	// minutes: the hold time stays within the tolerance of the one alone (its knee is 6 permits,
+	// 1.5×) and the server's cores stay busy. A baseline measured at the limit by a window of a
+	// faster stretch would follow the hold time there, and the limit would climb to the ceiling
+	// with twice the hold time alone.
+	for _, jitter := range []float64{0.1, 0.15} {
+		t.Run(fmt.Sprint(jitter), func(t *testing.T) {
+			db := cpuBound(simS, 4)
+			tr := simulate(chosenAlgorithm, 1, simP, []phase{{d: 10 * time.Minute, db: db, demand: 100, jitter: jitter}})
+			settled := tr.limits[0][len(tr.limits[0])/20:]
+			sum := 0
+			for _, l := range settled {
+				sum += l
+			}
+			if mean := float64(sum) / float64(len(settled)); mean > 6 {
+				t.Errorf("mean limit %.2f over ten minutes, above the knee of 6", mean)
+			}
+			if p50 := tr.holdP50[0]; p50 > db(1)*3/2 {
+				t.Errorf("hold p50 %v, want within the tolerance, 1.5× the %v alone", p50, db(1))
+			}
+			wantGoodput(t, tr, 0, 0.95, 4/simS.Seconds(), "the cores")
+		})
+	}
+}
+
+func TestLimiterKeepsTheCeilingForASleepingQueryOnANoisyMachine(t *testing.T) {
+	// The same machine under a query whose hold time does not grow with the concurrency: the
+	// baseline follows the windows at the ceiling instead of sinking to the fastest of them, so
+	// the limit stays there.
+	for _, jitter := range []float64{0.1, 0.15} {
+		t.Run(fmt.Sprint(jitter), func(t *testing.T) {
+			db := sleepBound(simS)
+			tr := simulate(chosenAlgorithm, 1, simP, []phase{{d: 10 * time.Minute, db: db, demand: 100, jitter: jitter}})
+			wantGoodput(t, tr, 0, 0.95, simP/simS.Seconds(), "the ceiling")
+		})
+	}
 }
 
 func TestLimiterKeepsAPermitThatBuysThroughput(t *testing.T) {
@@ -525,33 +564,33 @@ func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *
 	near := func(got, want time.Duration) bool { return got > want-time.Microsecond && got < want+time.Microsecond }
 	win := 200 * time.Millisecond
 	var b baseline
-	b.update(millis(2), 1, win, true)
+	b.update(millis(2), millis(2), 1, win, true)
 	// Beyond the tolerance (3ms) above the minimum: the gate's own load, however long.
 	for range 20 {
-		if b.update(millis(8), 3, win, false) || b.value != millis(2) {
+		if b.update(millis(8), millis(8), 3, win, false) || b.value != millis(2) {
 			t.Fatalf("a window beyond the tolerance above the minimum moved the baseline to %v", b.value)
 		}
 	}
 	// Within the tolerance but beyond gradientFlat (2.4ms), at its concurrency: queueing,
 	// maybe another tenant's, which the limit must answer first.
 	for range 20 {
-		if b.update(millis(2.9), 1, win, false); b.value != millis(2) {
+		if b.update(millis(2.9), millis(2.9), 1, win, false); b.value != millis(2) {
 			t.Fatalf("a window at 1.45× the baseline moved it to %v", b.value)
 		}
 	}
 	// Within gradientFlat at more concurrency than it was measured at: no drift either.
-	b.update(millis(2.3), 3, win, false)
+	b.update(millis(2.3), millis(2.3), 3, win, false)
 	if b.value != millis(2) {
 		t.Fatalf("a window at 3 running moved a baseline measured at 1 to %v", b.value)
 	}
 	// Within gradientFlat at its concurrency: a tenth of the way (200ms of baselineDrift).
-	b.update(millis(2.3), 1, win, true)
+	b.update(millis(2.3), millis(2.3), 1, win, true)
 	if want := millis(2.03); !near(b.value, want) {
 		t.Fatalf("drift within gradientFlat: baseline %v, want %v", b.value, want)
 	}
 	// A faster window: two fifths of the way (200ms of baselineFall), not all of it, so that
 	// the luckiest of many noisy windows does not become the baseline.
-	b.update(millis(1.5), 1, win, true)
+	b.update(millis(1.5), millis(1.5), 1, win, true)
 	if want := millis(2.03 - 0.4*0.53); !near(b.value, want) {
 		t.Fatalf("after a faster window the baseline is %v, want %v", b.value, want)
 	}
@@ -559,18 +598,18 @@ func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *
 	// window without queueing starts the count again.
 	for _, rtt := range []float64{5, 6, 4.5, 7, 2.1, 5, 6, 5.5, 4} {
 		before := b.value
-		if b.update(millis(rtt), 1, 0, true) || b.value != before {
+		if b.update(millis(rtt), millis(rtt), 1, 0, true) || b.value != before {
 			t.Fatalf("window of %vms: the baseline moved to %v before %d slow windows in a row", rtt, b.value, rebaseWindows)
 		}
 	}
-	if !b.update(millis(4.8), 1, win, true) || b.value != millis(4) {
+	if !b.update(millis(4.8), millis(4.8), 1, win, true) || b.value != millis(4) {
 		t.Fatalf("after %d slow windows in a row at the minimum the baseline is %v, want the lowest of them, 4ms", rebaseWindows, b.value)
 	}
 	// Within the tolerance (6ms) but beyond gradientFlat (4.8ms) at the minimum, windows on
 	// either side of the tolerance: lasting slowness all the same, where the gate can go no
 	// lower (a machine that runs slower, which the limit cannot answer).
 	for i, rtt := range []float64{5.9, 6.2, 5.6, 6.1, 5.7} {
-		rebased := b.update(millis(rtt), 1, win, true)
+		rebased := b.update(millis(rtt), millis(rtt), 1, win, true)
 		if last := i == rebaseWindows-1; rebased != last || !last && b.value != millis(4) {
 			t.Fatalf("window %d of %vms at the minimum: rebased %v, baseline %v", i+1, rtt, rebased, b.value)
 		}
@@ -585,13 +624,13 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	rebase := func(b *baseline, rtt time.Duration) {
 		t.Helper()
 		for i := range rebaseWindows {
-			if rebased := b.update(rtt, 1, win, true); rebased != (i == rebaseWindows-1) {
+			if rebased := b.update(rtt, rtt, 1, win, true); rebased != (i == rebaseWindows-1) {
 				t.Fatalf("window %d of %v at the minimum: rebased %v", i+1, rtt, rebased)
 			}
 		}
 	}
 	var b baseline
-	b.update(millis(2), 1, win, true)
+	b.update(millis(2), millis(2), 1, win, true)
 	if b.prior != 0 {
 		t.Fatalf("a first baseline is unproven")
 	}
@@ -600,7 +639,7 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 		t.Fatalf("after a rebase: baseline %v, replacing %v; want 3ms replacing 2ms", b.value, b.prior)
 	}
 	// At the concurrency it was measured at, no window proves it.
-	b.update(millis(3.2), 1, win, true)
+	b.update(millis(3.2), millis(3.2), 1, win, true)
 	if b.prior == 0 {
 		t.Fatalf("a window at the minimum within gradientFlat proved the baseline")
 	}
@@ -610,11 +649,11 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 		t.Fatalf("after a second rebase the baseline replaced is %v, want 2ms", b.prior)
 	}
 	// Queueing at more concurrency proves nothing; no queueing there proves it.
-	b.update(millis(5.2), 2, win, false)
+	b.update(millis(5.2), millis(5.2), 2, win, false)
 	if b.prior == 0 {
 		t.Fatalf("a window at 2 running at 1.3× the baseline proved it")
 	}
-	b.update(millis(4.4), 2, win, false)
+	b.update(millis(4.4), millis(4.4), 2, win, false)
 	if b.prior != 0 || b.value != millis(4) {
 		t.Fatalf("a window at 2 running within gradientFlat: baseline %v, unproven %v; want 4ms, proven", b.value, b.prior > 0)
 	}
@@ -622,13 +661,41 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	rebase(&b, millis(6))
 	for b.prior != 0 {
 		before := b.value
-		b.update(millis(4), 1, win, true)
+		b.update(millis(4), millis(4), 1, win, true)
 		if b.prior != 0 && b.value <= time.Duration(gradientFlat*float64(millis(4))) {
 			t.Fatalf("baseline %v within gradientFlat of the 4ms it replaced, still unproven", b.value)
 		}
 		if b.value >= before {
 			t.Fatalf("a faster window left the baseline at %v", b.value)
 		}
+	}
+}
+
+func TestBaselineIsNotMeasuredAtALimitThatQueuesByOneLuckyWindow(t *testing.T) {
+	// Measured at 2 running, 5ms. At 3 the hold time is usually 6.5ms (1.3×: queueing); one
+	// window of a faster stretch of the machine comes in at 4.8ms. It pulls the baseline down,
+	// but the baseline is not measured at 3 from then on: were it, the usual windows at 3 within
+	// gradientFlat of it would pull it up to the hold time at 3, and the tolerance with it.
+	win := 200 * time.Millisecond
+	var b baseline
+	b.update(millis(5), millis(5), 2, win, false)
+	b.update(millis(4.8), millis(6.5), 3, win, false)
+	if b.inflight != 2 {
+		t.Fatalf("one fast window at a limit that usually queues measured the baseline at %.0f running", b.inflight)
+	}
+	before := b.value
+	for range 50 {
+		b.update(millis(5.9), millis(6.5), 3, win, false)
+	}
+	if b.value != before {
+		t.Errorf("windows at 3 within gradientFlat of the baseline moved it from %v to %v", before, b.value)
+	}
+	// At a limit whose usual hold time shows no queueing (a sleeping query at the ceiling), a
+	// faster window does measure the baseline at its concurrency, so that the baseline follows
+	// the windows there and does not sink to the fastest of them.
+	b.update(millis(4.7), millis(5.3), 8, win, false)
+	if b.inflight != 8 {
+		t.Errorf("a faster window at a limit without queueing left the baseline measured at %.0f running", b.inflight)
 	}
 }
 
