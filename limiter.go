@@ -252,9 +252,9 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 // fastest of them. At a limit that usually queues, a faster window is a faster stretch of the
 // machine, not the no-load hold time: were the baseline measured there, the windows at the
 // limit within gradientFlat of it would raise it to the limit's own hold time, the tolerance with
-// it, and a fourth permit would project within it (traced on the test machine: a baseline from
-// 5.0 to 6.0 ms within 20 s at 3 permits; simulated, another tenant's load that then stays
-// within the tolerance).
+// it, and one more permit would project within it (traced on the test machine: a baseline from
+// 5.0 to 6.0 ms within 20 s at 3 permits, and probes to 4; simulated, a limit that climbs to the
+// ceiling, and another tenant's load that stays within the tolerance).
 // A window that is slower than that, even within the tolerance, leaves it where it is. Were the
 // baseline to follow such windows, another tenant's load taking the server's CPU would raise it
 // step by step while the limit stands, the known failure of limiters built on a moving baseline;

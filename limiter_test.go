@@ -138,7 +138,8 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 			if ph.end == outcomeFailed && ph.fast > 0 {
 				mean = ph.fast
 			}
-			// One completion of running operations each taking about mean.
+			// One completion of running operations each taking about mean, at the machine's
+			// speed of the moment: a slower stretch serves fewer.
 			now += time.Duration(factor * float64(mean) / float64(running))
 			hold := time.Duration(factor * float64(mean) * math.Exp(0.1*rng.NormFloat64()))
 			waiting := 0
