@@ -3,6 +3,7 @@ package gated
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -102,6 +103,10 @@ type phase struct {
 
 const jitterSlice = 200 * time.Millisecond
 
+// simNoise shifts the seeds of the simulation's noise. A noisy case is one sample of it, written
+// against the seeds of 0; comparing two rules takes many (see CONTRIBUTING.md, "Tests").
+var simNoise = flag.Uint64("limiter.noise", 0, "draw the limiter simulation's noise from another sample: shifts its seeds by N")
+
 // simTrace is what one simulation saw, per phase.
 type simTrace struct {
 	limits  [][]int   // the limit at every window close, per phase
@@ -111,8 +116,8 @@ type simTrace struct {
 
 func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrace {
 	a := newAdaptiveLimit(alg(), minL, maxL)
-	rng := rand.New(rand.NewPCG(1, 2))
-	jrng := rand.New(rand.NewPCG(3, 4))
+	rng := rand.New(rand.NewPCG(1+*simNoise, 2))
+	jrng := rand.New(rand.NewPCG(3+*simNoise, 4))
 	var tr simTrace
 	now := time.Duration(0)
 	for _, ph := range phases {
