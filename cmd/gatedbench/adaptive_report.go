@@ -86,7 +86,8 @@ func limits(rs []runResult) stat {
 	return statOf(v)
 }
 
-func sumOf(rs []runResult, f func(runResult) int64) int64 {
+// perRunMean is f over the runs, averaged and rounded down: a count per run.
+func perRunMean(rs []runResult, f func(runResult) int64) int64 {
 	var n int64
 	for _, r := range rs {
 		n += f(r)
@@ -169,8 +170,8 @@ func (r *adaptiveReport) scenarioSection(b *strings.Builder, s *scenarioResult) 
 				continue
 			}
 			fmt.Fprintf(b, "| %g× | %s | %s | %s | %s | %d | %d | %d |\n", load, name, fmtStatR(goodputs(rs), fops), fmtStatR(p99s(rs), fms),
-				fmtStatR(limits(rs), flim), sumOf(rs, func(r runResult) int64 { return r.Refused }),
-				sumOf(rs, func(r runResult) int64 { return r.Deadline }), sumOf(rs, func(r runResult) int64 { return r.Other }))
+				fmtStatR(limits(rs), flim), perRunMean(rs, func(r runResult) int64 { return r.Refused }),
+				perRunMean(rs, func(r runResult) int64 { return r.Deadline }), perRunMean(rs, func(r runResult) int64 { return r.Other }))
 		}
 	}
 	b.WriteString("\n")
