@@ -84,8 +84,11 @@ type fleetMember struct {
 	id         int32
 	joined     bool      // the database holds a live row of ours
 	have       share     // what the instance holds now; declared by the next refresh
-	validUntil time.Time // monotonic: until when our lease is certainly counted
-	schemaOK   bool
+	validUntil time.Time // monotonic: until when our lease (our row) is certainly counted; zero once the row is known gone
+	// Monotonic: until when the lock our lease connection was last seen to hold keeps us counted,
+	// row or none; zero once that connection is dropped. See proveLock.
+	lockedUntil time.Time
+	schemaOK    bool // the table and this version's functions were there when last looked for
 	lastTarget share // the fair share computed from the last refresh; valid when joined
 	// When the last refresh saw leases of others that only their TTL keeps counted (their lock
 	// is gone: a crashed instance), lapseAt is when the earliest expires, plus lapseMargin: the
@@ -172,30 +175,33 @@ func (m *fleetMember) turn() time.Duration {
 	// Set again by a refresh that succeeds: what a refresh saw is stale once one failed.
 	afterLive := m.afterLive
 	m.lapseAt, m.afterLive = time.Time{}, nil
-	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.validUntil) {
-		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)))
+	if m.mustFence() {
+		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
+			" and no lock proves its membership")
 	}
 	timeout := m.queryTimeout()
 	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
 		// A refresh that hangs must not hold the loop past the moment it has to fence.
-		timeout = min(timeout, max(time.Until(m.validUntil), time.Millisecond))
+		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if m.conn == nil {
 		c, err := m.dial(ctx)
 		if err != nil {
-			m.failed("connecting", err)
-			return m.retryWait()
+			return m.failed("connecting", err)
 		}
 		m.conn = c
 	}
 	if !m.schemaOK {
+		// Looked for again after every refresh that found something missing: the table may have
+		// been dropped (the functions survive it) or a function (the table survives it).
 		if err := ensureFleetSchema(ctx, m.conn, m.cfg.table); err != nil {
-			m.failed("preparing the fleet table", err)
-			return m.retryWait()
+			m.setSchemaMissing(sqlState(err) == "42501")
+			return m.failed("preparing the fleet table", err)
 		}
 		m.schemaOK = true
+		m.setSchemaMissing(false)
 	}
 	if !m.joined {
 		m.id = rand.Int32N(1<<31-1) + 1
@@ -203,7 +209,7 @@ func (m *fleetMember) turn() time.Duration {
 	req := &refreshRequest{
 		fleet: m.cfg.name, key: m.key, member: m.id, joining: !m.joined, ttl: m.cfg.ttl, skew: time.Duration(m.skew.Load()),
 		have: m.have, want: m.want(), totals: m.cfg.totals, info: m.cfg.info,
-		prevPID: m.prevPID, prevStart: m.prevStart,
+		prevPID: m.prevPID, prevStart: m.prevStart, reclaim: m.joined,
 	}
 	if m.joined && afterLive != nil {
 		req.afterLive, req.afterWant = afterLive, m.have.join(m.afterTarget)
@@ -211,8 +217,13 @@ func (m *fleetMember) turn() time.Duration {
 	sent := time.Now()
 	v, err := refresh(ctx, m.conn, m.cfg.table, req)
 	if err != nil {
-		m.failed("refreshing the lease", err)
-		return m.retryWait()
+		switch sqlState(err) {
+		case "42P01": // undefined_table: our row went with it
+			m.schemaOK, m.validUntil = false, time.Time{}
+		case "42883": // undefined_function
+			m.schemaOK = false
+		}
+		return m.failed("refreshing the lease", err)
 	}
 	m.expectLapse(v, time.Now())
 	m.lastErr = ""
@@ -305,10 +316,33 @@ func (m *fleetMember) queryTimeout() time.Duration { return max(m.cfg.ttl/3, 100
 // retryWait is the wait after a failed turn.
 func (m *fleetMember) retryWait() time.Duration { return max(m.cfg.refresh/2, 10*time.Millisecond) }
 
-// failed records a failed turn: the lease connection is dropped (a new one is dialed next time)
-// and the share is kept.
-func (m *fleetMember) failed(what string, err error) {
-	m.dropConn()
+// valid returns until when the member is certainly counted by the others: by its row's lease, or
+// by the lock its lease connection was last seen to hold.
+func (m *fleetMember) valid() time.Time {
+	if m.lockedUntil.After(m.validUntil) {
+		return m.lockedUntil
+	}
+	return m.validUntil
+}
+
+// mustFence reports whether the member holds a share that the others may no longer count.
+func (m *fleetMember) mustFence() bool {
+	return m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.valid())
+}
+
+// failed records a failed turn and returns the wait before the next. The share is kept. The
+// lease connection is kept where the server answered with an error and the connection still
+// holds the member's lock (proveLock): that lock keeps the member counted whatever became of its
+// row, so a member whose table or function was dropped, or whose privileges were revoked, keeps
+// serving from its share. Otherwise the connection is dropped (a new one is dialed next time),
+// and with it any lock a failed join may have left on it; the member then fences once its
+// lease may have expired, at once when its row is known gone.
+func (m *fleetMember) failed(what string, err error) time.Duration {
+	if m.conn != nil && m.joined && !answerLost(err) && m.proveLock() {
+		// Kept.
+	} else {
+		m.dropConn()
+	}
 	m.mu.Lock()
 	m.status.RefreshErrors++
 	m.mu.Unlock()
@@ -318,6 +352,33 @@ func (m *fleetMember) failed(what string, err error) {
 		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
 			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String())
 	}
+	if m.mustFence() {
+		return 0
+	}
+	return m.retryWait()
+}
+
+// proveLock asks the lease connection whether it holds the member's session lock, and returns
+// true when it does: the member is counted, by every version's refresh function while its row
+// exists and by this version's even while it does not, for as long as the connection lives.
+// That stands for the rest of the fence interval after the question was sent, as a refresh does:
+// should the connection break meanwhile, the next turn finds it broken and drops it, which ends
+// what the lock proved.
+func (m *fleetMember) proveLock() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), m.queryTimeout())
+	defer cancel()
+	sent := time.Now()
+	rows, err := m.conn.query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+		AND l.objsubid = 2 AND l.classid = $1::int::oid AND l.objid = $2::int::oid AND l.pid = pg_backend_pid())`,
+		int64(m.key), int64(m.id))
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 {
+		return false
+	}
+	held, _ := rows[0][0].(bool)
+	if held {
+		m.lockedUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
+	}
+	return held
 }
 
 // dropConn closes the lease connection in the background: closing one that a network partition
@@ -328,6 +389,7 @@ func (m *fleetMember) dropConn() {
 	}
 	c := m.conn
 	m.conn = nil
+	m.lockedUntil = time.Time{}
 	if m.leasePID != 0 {
 		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
 		m.leasePID = 0
@@ -395,6 +457,14 @@ func (m *fleetMember) changed(s share, members int, how string) {
 		m.log.Info("gated: fleet: share changed", "gate_name", m.cfg.name, "how", how,
 			"members", members, "conns", s.conns, "concurrent", s.concurrent, "queue", s.queue)
 	}
+}
+
+// setSchemaMissing records whether the table or a function is missing and the role may not
+// create it.
+func (m *fleetMember) setSchemaMissing(missing bool) {
+	m.mu.Lock()
+	m.status.SchemaMissing = missing
+	m.mu.Unlock()
 }
 
 func (m *fleetMember) setMembers(n int) {

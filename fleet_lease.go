@@ -66,7 +66,10 @@ func fleetKey(name string) int32 {
 func fleetSchema(table string) string {
 	return fmt.Sprintf(`BEGIN;
 SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'));
-CREATE TABLE IF NOT EXISTS %[1]s (
+DO $do$
+BEGIN
+IF to_regclass('%[1]s') IS NULL THEN
+EXECUTE $ddl$CREATE TABLE %[1]s (
 	fleet text NOT NULL,
 	member int NOT NULL,
 	joined timestamptz NOT NULL,
@@ -79,21 +82,25 @@ CREATE TABLE IF NOT EXISTS %[1]s (
 	total_queue int[] NOT NULL,
 	info text NOT NULL DEFAULT '',
 	PRIMARY KEY (fleet, member)
-);
-CREATE OR REPLACE FUNCTION %[1]s_live(k int, m int, expires timestamptz, t timestamptz) RETURNS boolean
+)$ddl$;
+END IF;
+IF to_regprocedure('%[1]s_live(int,int,timestamptz,timestamptz)') IS NULL THEN
+EXECUTE $ddl$CREATE FUNCTION %[1]s_live(k int, m int, expires timestamptz, t timestamptz) RETURNS boolean
 LANGUAGE sql STABLE AS $fn$
 	SELECT expires > t OR EXISTS (
 		SELECT 1 FROM pg_locks l
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 		AND l.classid = k::oid AND l.objid = m::oid
 		AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
-$fn$;
-CREATE OR REPLACE FUNCTION %[1]s_refresh(
+$fn$$ddl$;
+END IF;
+IF to_regprocedure('%[2]s') IS NULL THEN
+EXECUTE $ddl$CREATE FUNCTION %[1]s_refresh(
 	f text, k int, m int, joining boolean, ttl interval, skew interval,
 	have_c int, have_b int[], have_q int[],
 	want_c int, want_b int[], want_q int[],
 	tot_c int, tot_b int[], tot_q int[], note text, prev_pid int, prev_start timestamptz,
-	after_live int[], after_c int, after_b int[], after_q int[])
+	after_live int[], after_c int, after_b int[], after_q int[], reclaim boolean)
 RETURNS TABLE(r_member int, r_joined timestamptz, r_live boolean, r_conns int, r_concurrent text, r_queue text,
 	r_total_conns int, r_total_concurrent text, r_total_queue text, r_info text, r_mine boolean,
 	r_pid int, r_start timestamptz, r_left double precision, r_locked boolean)
@@ -137,6 +144,11 @@ BEGIN
 			total_queue = EXCLUDED.total_queue, info = EXCLUDED.info
 		WHERE r.expires <= t;
 		GET DIAGNOSTICS n = ROW_COUNT;
+		IF n = 0 AND NOT locked THEN
+			-- Another member's live row, whose lock was free: kept, the lock would count that row
+			-- live for as long as this connection lives.
+			PERFORM pg_advisory_unlock(k, m);
+		END IF;
 	ELSE
 		-- Only a live row is refreshed: once the others may have counted a member's share as
 		-- free, that member must join again from nothing.
@@ -144,6 +156,16 @@ BEGIN
 			total_conns = tot_c, total_concurrent = tot_b, total_queue = tot_q, info = note
 		WHERE r.fleet = f AND r.member = m AND %[1]s_live(k, m, r.expires, t);
 		GET DIAGNOSTICS n = ROW_COUNT;
+		IF n = 0 AND reclaim AND locked THEN
+			-- The row is gone (the table truncated or made again, the row deleted) while this
+			-- connection held the member's lock all along: the others' grants counted the member
+			-- meanwhile (see below), so what it holds is still its own, and it declares it again.
+			INSERT INTO %[1]s (fleet, member, joined, expires, conns, concurrent, queue,
+				total_conns, total_concurrent, total_queue, info)
+			VALUES (f, m, t, t + ttl, have_c, have_b, have_q, tot_c, tot_b, tot_q, note)
+			ON CONFLICT (fleet, member) DO NOTHING;
+			GET DIAGNOSTICS n = ROW_COUNT;
+		END IF;
 		-- The lock is taken only once the row is known live: taken before, it would make a
 		-- dead row look live.
 		IF n > 0 AND NOT locked THEN
@@ -175,6 +197,20 @@ BEGIN
 		PERFORM pg_advisory_xact_lock(k, 0);
 		-- From here on every statement's snapshot is taken after the lock: the others'
 		-- declarations, including grants committed by the previous holder, are current.
+		--
+		-- A live lock is a live member, row or none: a member whose lease connection holds its
+		-- lock but which has no row (the table was truncated or made again, or its row deleted,
+		-- and it has not declared again yet) may hold any share, so nothing is free until it has
+		-- declared what it holds. A newcomer's lock taken before its row is committed counts so
+		-- too, for a moment. (k, 0) is this lock, no member's.
+		IF EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+				AND l.classid = k::oid AND l.objid <> 0::oid AND l.objid <> m::oid
+				AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+				AND NOT EXISTS (SELECT 1 FROM %[1]s r WHERE r.fleet = f AND r.member::oid = l.objid)) THEN
+			want_c := have_c;
+			want_b := have_b;
+			want_q := have_q;
+		END IF;
 		SELECT coalesce(sum(r.conns), 0), least(tot_c, min(r.total_conns)) INTO oc, ec
 			FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t);
 		grant_c := greatest(have_c, least(want_c, ec - oc));
@@ -197,8 +233,11 @@ BEGIN
 		pg_backend_pid(), me_start, extract(epoch FROM r.expires - t)::float8, r.member::oid = ANY (held)
 		FROM %[1]s r WHERE r.fleet = f ORDER BY r.joined, r.member;
 END
-$fn$;
-COMMIT`, table)
+$fn$$ddl$;
+END IF;
+END
+$do$;
+COMMIT`, table, fleetRefreshSignature(table))
 }
 
 // fleetRefreshSignature is the refresh function's signature, which names its version: each
@@ -211,7 +250,7 @@ COMMIT`, table)
 // fleetRefreshResult rather than read rows it does not know.
 func fleetRefreshSignature(table string) string {
 	return table + "_refresh(text,int,int,boolean,interval,interval,int,int[],int[],int,int[],int[],int,int[],int[],text,int,timestamptz," +
-		"int[],int,int[],int[])"
+		"int[],int,int[],int[],boolean)"
 }
 
 // fleetRefreshResult is the refresh function's result as pg_get_function_result shows it.
@@ -327,6 +366,9 @@ type refreshRequest struct {
 	// instead of want if the fleet is that. No expectation when afterLive is nil.
 	afterLive []int
 	afterWant share
+	// The member is joined and, should its row be gone while its lease connection holds its lock,
+	// declares what it holds again instead of being told it is no longer counted.
+	reclaim bool
 }
 
 // interval formats d for PostgreSQL's interval input.
@@ -338,7 +380,7 @@ func refreshQuery(table string) string {
 	return "SELECT * FROM " + table + "_refresh($1, $2, $3, $4, $5::text::interval, $6::text::interval, " +
 		"$7, $8::text::int[], $9::text::int[], $10, $11::text::int[], $12::text::int[], " +
 		"$13, $14::text::int[], $15::text::int[], $16, $17, $18, " +
-		"$19::text::int[], $20, $21::text::int[], $22::text::int[])"
+		"$19::text::int[], $20, $21::text::int[], $22::text::int[], $23)"
 }
 
 // A leaseConn is the connection a member keeps its lease on. It belongs to the member's loop:
@@ -365,7 +407,7 @@ func refresh(ctx context.Context, c leaseConn, table string, r *refreshRequest) 
 		int64(r.want.conns), sqlInts(r.want.concurrent), sqlInts(r.want.queue),
 		int64(r.totals.conns), sqlInts(r.totals.concurrent), sqlInts(r.totals.queue), r.info,
 		r.prevPID, nullTime(r.prevStart),
-		afterLive, int64(after.conns), sqlInts(after.concurrent), sqlInts(after.queue))
+		afterLive, int64(after.conns), sqlInts(after.concurrent), sqlInts(after.queue), r.reclaim)
 	if err != nil {
 		return nil, err
 	}
@@ -437,28 +479,39 @@ func textValue(v driver.Value) string {
 	return ""
 }
 
-// ensureFleetSchema creates the fleet table and its functions unless the refresh function of
-// this version exists already (the table may exist with the functions of other versions, which
-// stay for the instances that call them). It refuses a function of this signature with another
-// result.
+// ensureFleetSchema creates what is missing of the fleet table and its functions: the table, the
+// liveness function, and the refresh function of this version (the table may exist with the
+// functions of other versions, which stay for the instances that call them). Each is looked for
+// by itself, because the functions survive a DROP TABLE and the table survives a DROP FUNCTION.
+// It refuses a refresh function of this signature with another result. A script that fails is
+// rolled back, so that c stays usable (and its session locks held) when that succeeds; an error
+// with SQLSTATE 42501 says that the role may not create what is missing.
 func ensureFleetSchema(ctx context.Context, c leaseConn, table string) error {
-	rows, err := c.query(ctx, "SELECT pg_get_function_result(to_regprocedure($1))", fleetRefreshSignature(table))
+	rows, err := c.query(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL, pg_get_function_result(to_regprocedure($3))",
+		table, table+"_live(int,int,timestamptz,timestamptz)", fleetRefreshSignature(table))
 	if err != nil {
 		return fmt.Errorf("gated: fleet: looking for %s: %w", table, err)
 	}
-	if len(rows) != 1 || len(rows[0]) != 1 {
+	if len(rows) != 1 || len(rows[0]) != 3 {
 		return fmt.Errorf("gated: fleet: looking for %s: %w", table, errFleetRow)
 	}
-	if rows[0][0] != nil {
-		if got := textValue(rows[0][0]); got != fleetRefreshResult {
+	hasTable, _ := rows[0][0].(bool)
+	hasLive, _ := rows[0][1].(bool)
+	if rows[0][2] != nil {
+		if got := textValue(rows[0][2]); got != fleetRefreshResult {
 			return fmt.Errorf("gated: fleet: %s returns %s, not the %s this version of gated reads: it was made by another version; drop it (no instance of that version may be running) to have it made again",
 				fleetRefreshSignature(table), got, fleetRefreshResult)
 		}
-		return nil
+		if hasTable && hasLive {
+			return nil
+		}
 	}
 	if err := c.exec(ctx, fleetSchema(table)); err != nil {
+		if rerr := c.exec(ctx, "ROLLBACK"); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		if sqlState(err) == "42501" {
-			return fmt.Errorf("gated: fleet: this role may not create the fleet table %s and its functions; run gated once with a role that may (gate_fleet_table names them): %w", table, err)
+			return fmt.Errorf("gated: fleet: this role may not create the fleet table %s and its functions, and some are missing; create them once with a role that may by starting one instance with it (gate_fleet_table names them): %w", table, err)
 		}
 		return fmt.Errorf("gated: fleet: creating the fleet table %s: %w", table, err)
 	}

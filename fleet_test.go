@@ -16,6 +16,7 @@ import (
 
 	"github.com/gatedsql/gated/internal/faultproxy"
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // The coordination of gate_fleet=on against the real PostgreSQL, several members in one process,
@@ -119,6 +120,8 @@ type fleetTest struct {
 	ttl     time.Duration
 	refresh time.Duration
 	adm     *sql.DB
+	db      *sql.DB                          // where the fleet's table is, when not on adm's server
+	log     func(member string) *slog.Logger // the members' loggers, when set before they start
 	seq     int
 }
 
@@ -127,7 +130,8 @@ func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleet
 	ft := &fleetTest{
 		t: t, f: newFakeFleet(t, totals), adm: adm, ttl: ttl, refresh: refresh,
 		table: fmt.Sprintf("gated_test_fleet_%d_%d", time.Now().UnixNano()%1e9, objSeq.Add(1)),
-		name:  fmt.Sprintf("fleet_%d", appSeq.Add(1)),
+		// Unique across processes too: the advisory locks of a gate_name are the database's.
+		name: fmt.Sprintf("fleet_%d_%d", time.Now().UnixNano()%1e9, appSeq.Add(1)),
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -177,7 +181,9 @@ func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseC
 		dial, _ = ft.dialer("")
 	}
 	var log *slog.Logger
-	if testing.Verbose() {
+	if ft.log != nil {
+		log = ft.log(tg.name)
+	} else if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("member", tg.name)
 	}
 	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: totals, info: tg.name}, dial, tg, log)
@@ -243,23 +249,101 @@ func (ft *fleetTest) rows() string {
 	return out
 }
 
-// waitShares waits until the targets hold exactly the conns given, in order.
-func waitShares(t *testing.T, what string, targets []*fakeTarget, conns ...int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+// waitShares waits until the fleet has settled with the targets holding exactly the conns given,
+// in order: each target holds them, and the fleet's table agrees, every live row declaring what
+// its target holds and every target with a seat having a live row. What the targets hold alone is
+// not enough: a member shrinks first and declares the smaller share at its next refresh, so on a
+// loaded machine a test that acts on the holdings alone may act before the others can see the
+// room. The table is polled, never sampled once, until the test's deadline is near.
+func (ft *fleetTest) waitShares(what string, targets []*fakeTarget, conns ...int) {
+	ft.t.Helper()
+	limit := testwait.Limit(ft.t)
+	start := time.Now()
 	for {
-		var got []int
-		for _, tg := range targets {
-			got = append(got, tg.holds().conns)
-		}
-		if slices.Equal(got, conns) {
+		state, ok := ft.sharesAre(targets, conns)
+		if ok {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the instances hold conns %v, want %v", what, got, conns)
+		if time.Since(start) > limit {
+			ft.t.Fatalf("%s: after %v %s, want conns %v held and declared", what, limit.Round(time.Second), state, conns)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// sharesAre reports whether the targets hold conns and the table's live rows declare exactly
+// that, and describes what it saw.
+func (ft *fleetTest) sharesAre(targets []*fakeTarget, conns []int) (string, bool) {
+	var got []int
+	for _, tg := range targets {
+		got = append(got, tg.holds().conns)
+	}
+	if !slices.Equal(got, conns) {
+		return fmt.Sprintf("the instances hold conns %v", got), false
+	}
+	declared, err := ft.declaredByInfo()
+	if err != nil {
+		return fmt.Sprintf("the instances hold conns %v; reading the table: %v", got, err), false
+	}
+	state := fmt.Sprintf("the instances hold conns %v and the live rows declare %v", got, declared)
+	for info, c := range declared {
+		i := slices.IndexFunc(targets, func(tg *fakeTarget) bool { return tg.name == info })
+		if i < 0 && c > 0 || i >= 0 && got[i] != c {
+			return state, false
+		}
+	}
+	for i, tg := range targets {
+		if _, ok := declared[tg.name]; !ok && got[i] > 0 {
+			return state, false
+		}
+	}
+	return state, true
+}
+
+// refreshes waits until the newest row of the member named info has been refreshed n times more
+// (its expiry moved n times), by the database's clock.
+func (ft *fleetTest) refreshes(info string, n int) {
+	ft.t.Helper()
+	var last time.Time
+	seen := -1
+	waitFor(ft.t, fmt.Sprintf("%d refreshes of %s", n, info), func() bool {
+		var expires time.Time
+		err := ft.adm.QueryRow("SELECT max(expires) FROM "+ft.table+" WHERE fleet = $1 AND info = $2", ft.name, info).Scan(&expires)
+		if err == nil && !expires.Equal(last) {
+			last = expires
+			seen++
+		}
+		return seen >= n
+	})
+}
+
+// declaredByInfo returns what the live rows of the fleet declare, by the member's info (the fake
+// target's name); an error when the table cannot be read (it may have been dropped) or one member
+// has two live rows.
+func (ft *fleetTest) declaredByInfo() (map[string]int, error) {
+	db := ft.adm
+	if ft.db != nil {
+		db = ft.db
+	}
+	rs, err := db.Query(fmt.Sprintf(`SELECT info, conns FROM %[1]s
+		WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())`, ft.table), ft.name, fleetKey(ft.name))
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[string]int{}
+	for rs.Next() {
+		var info string
+		var c int
+		if err := rs.Scan(&info, &c); err != nil {
+			return nil, err
+		}
+		if _, dup := out[info]; dup {
+			return nil, fmt.Errorf("%s has two live rows", info)
+		}
+		out[info] = c
+	}
+	return out, rs.Err()
 }
 
 var totals12 = share{conns: 12, concurrent: []int{10}, queue: []int{20}}
@@ -271,13 +355,13 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	ft := newFleetTest(t, totals12, 3*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	a, ta := ft.member(nil, nil)
-	waitShares(t, "alone", []*fakeTarget{ta}, 12)
+	ft.waitShares("alone", []*fakeTarget{ta}, 12)
 	if s := ta.holds(); s.concurrent[0] != 10 || s.queue[0] != 20 {
 		t.Fatalf("alone the member holds %v, want all of %v", s, totals12)
 	}
 	_, tb := ft.member(nil, nil)
 	c, tc := ft.member(nil, nil)
-	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	ft.waitShares("three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 	for _, tg := range []*fakeTarget{ta, tb, tc} {
 		if s := tg.holds(); s.concurrent[0] != 3 || s.queue[0] < 6 || s.queue[0] > 7 {
 			t.Errorf("%s holds %v among three, want conns 4, B 3 (beside its lease), Q 6 or 7", tg.name, s)
@@ -313,7 +397,7 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	}
 	c.close()
 	tc.gone()
-	waitShares(t, "after one left", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("after one left", []*fakeTarget{ta, tb}, 6, 6)
 }
 
 // TestFleetCrashedMemberShareComesBackAfterItsTTL: a member that dies without leaving (its lease
@@ -325,12 +409,12 @@ func TestFleetCrashedMemberShareComesBackAfterItsTTL(t *testing.T) {
 	_, ta := ft.member(nil, nil)
 	_, tb := ft.member(nil, nil)
 	c, tc := ft.member(nil, nil)
-	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	ft.waitShares("three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 	c.crashed.Store(true)
 	c.close()
 	tc.gone()
 	crashed := time.Now()
-	waitShares(t, "after the crash", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("after the crash", []*fakeTarget{ta, tb}, 6, 6)
 	if d := time.Since(crashed); d < ft.ttl/2 {
 		t.Errorf("the crashed member's share came back %v after the crash, before its lease of %v can have expired", d, ft.ttl)
 	}
@@ -388,7 +472,7 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 	})
 	ft.refresh = 300 * time.Millisecond
 	t.Cleanup(func() { close(release) }) // before the members' cleanups, which wait for their loops
-	waitShares(t, "three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	ft.waitShares("three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 
 	frozen.Store(true)
 	<-parked // its last refresh is done: its lease expires a TTL after the database ran it
@@ -402,7 +486,7 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 		t.Fatal(err)
 	}
 	tc.gone()
-	waitShares(t, "after the lease connection died", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("after the lease connection died", []*fakeTarget{ta, tb}, 6, 6)
 	waitFor(t, "the survivors' loops to record their new shares", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -456,12 +540,19 @@ func TestFleetMemberThatStopsRefreshingKeepsItsShareCounted(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // before the members' cleanups, which wait for their loops
-	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	frozen.Store(true)
-	// Three TTLs: a TTL-only lease would have handed b's share to a, or to the newcomer.
-	time.Sleep(3 * ft.ttl)
+	// Three TTLs past its lease's expiry by the database's clock: a TTL-only lease would have
+	// handed b's share to a, or to the newcomer.
+	waitFor(t, "the frozen member's lease three TTLs past its expiry", func() bool {
+		var past bool
+		err := ft.adm.QueryRow("SELECT bool_and(expires < clock_timestamp() - 3 * $3::text::interval) FROM "+ft.table+" WHERE fleet = $1 AND info = $2",
+			ft.name, tb.name, interval(ft.ttl)).Scan(&past)
+		return err == nil && past
+	})
+	ft.refreshes(ta.name, 3) // the others have seen it so
 	_, tc := ft.member(nil, nil)
-	waitShares(t, "a newcomer beside a frozen member", []*fakeTarget{ta, tb, tc}, 4, 6, 2)
+	ft.waitShares("a newcomer beside a frozen member", []*fakeTarget{ta, tb, tc}, 4, 6, 2)
 }
 
 // TestFleetDatabaseClockJumpExpiresNoLiveMember: the database's clock jumps an hour ahead for
@@ -472,13 +563,13 @@ func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 	defer ft.watchDeclared()()
 	a, ta := ft.member(nil, nil)
 	b, tb := ft.member(nil, nil)
-	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	for _, m := range []*fleetMember{a, b} {
 		m.skew.Store(int64(time.Hour))
 	}
 	c, tc := ft.member(nil, nil)
 	c.skew.Store(int64(time.Hour))
-	waitShares(t, "three after the jump", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	ft.waitShares("three after the jump", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 	// And back: the leases written during the jump now look an hour younger, which would only
 	// delay a crashed member's return by that hour; once every member has refreshed on the
 	// clock as it is, a crash is reclaimed after the TTL again.
@@ -494,7 +585,7 @@ func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 	b.crashed.Store(true)
 	b.close()
 	tb.gone()
-	waitShares(t, "after a crash", []*fakeTarget{ta, tc}, 6, 6)
+	ft.waitShares("after a crash", []*fakeTarget{ta, tc}, 6, 6)
 }
 
 // TestFleetBlackholedCoordinationKeepsTheTotals: one member's lease connection goes through a
@@ -513,7 +604,7 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	dial, app := ft.dialerWith(drv, base)
 	_, ta := ft.member(nil, nil)
 	b, tb := ft.member(dial, nil)
-	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	p.Blackhole(true)
 	waitFor(t, "the partitioned member to fence itself", func() bool { return tb.holds().conns == 0 })
 	// The member records the fence in its stats once its target holds nothing.
@@ -525,7 +616,7 @@ func testFleetBlackholed(t *testing.T, drv string) {
 		t.Errorf("during the partition the other member holds %v, want its 6 connections and no more", s)
 	}
 	p.Blackhole(false)
-	waitShares(t, "healed", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("healed", []*fakeTarget{ta, tb}, 6, 6)
 	// The lease connection given up during the partition is still open on the server (the
 	// proxy holds it, as a partitioned network does until TCP keepalive ends it): the member's
 	// new lease connection terminates it.
@@ -553,11 +644,11 @@ func TestFleetFailingCoordinationKeepsTheShareThenFences(t *testing.T) {
 			p.Arm(faultproxy.Rule{Match: []byte(tb.name), How: faultproxy.RST, When: faultproxy.BeforeRequest})
 		}
 	})
-	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	failing.Store(true)
-	waitShares(t, "failing", []*fakeTarget{ta, tb}, 12, 0)
+	ft.waitShares("failing", []*fakeTarget{ta, tb}, 12, 0)
 	failing.Store(false)
-	waitShares(t, "recovered", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("recovered", []*fakeTarget{ta, tb}, 6, 6)
 }
 
 // TestFleetShrinkWaitsForRunningWork: a member whose operations do not end cannot shrink, so it
@@ -566,15 +657,15 @@ func TestFleetShrinkWaitsForRunningWork(t *testing.T) {
 	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	_, ta := ft.member(nil, nil)
-	waitShares(t, "alone", []*fakeTarget{ta}, 12)
+	ft.waitShares("alone", []*fakeTarget{ta}, 12)
 	ta.stuck.Store(true)
 	_, tb := ft.member(nil, nil)
-	time.Sleep(5 * ft.refresh)
+	ft.refreshes(tb.name, 5) // five refreshes of the newcomer, each refused the room
 	if s := tb.holds(); s.conns != 0 {
 		t.Fatalf("the newcomer holds %v while the other cannot shrink", s)
 	}
 	ta.stuck.Store(false)
-	waitShares(t, "after the work ended", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("after the work ended", []*fakeTarget{ta, tb}, 6, 6)
 }
 
 // TestFleetMoreMembersThanConnections: with 3 connections and 5 members, the first three hold a
@@ -590,7 +681,7 @@ func TestFleetMoreMembersThanConnections(t *testing.T) {
 		ms, ts = append(ms, m), append(ts, tg)
 		waitFor(t, "the member to join", func() bool { return m.stats().Members == len(ms) })
 	}
-	waitShares(t, "five", ts, 1, 1, 1, 0, 0)
+	ft.waitShares("five", ts, 1, 1, 1, 0, 0)
 	for _, tg := range ts {
 		if s := tg.holds(); s.concurrent[0] != 0 || s.queue[0] != 0 {
 			t.Errorf("%s holds %v, want no permit: one connection is its lease", tg.name, s)
@@ -600,7 +691,7 @@ func TestFleetMoreMembersThanConnections(t *testing.T) {
 	ts[0].gone()
 	ms[1].close()
 	ts[1].gone()
-	waitShares(t, "three left", ts[2:], 1, 1, 1)
+	ft.waitShares("three left", ts[2:], 1, 1, 1)
 }
 
 // BenchmarkFleetRefresh measures one refresh, the only coordination query, in a fleet of six
@@ -679,7 +770,7 @@ func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
 		dial, app := ft.dialerWith(drv, base)
 		_, ta := ft.member(nil, nil)
 		b, tb := ft.member(dial, nil)
-		waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 		var old int
 		if err := ft.adm.QueryRow("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app).Scan(&old); err != nil {
 			t.Fatal(err)
@@ -708,13 +799,13 @@ func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
 	defer ft.watchDeclared()()
 	_, ta := ft.member(nil, nil)
 	_, tb := ft.member(nil, nil)
-	waitShares(t, "two old", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two old", []*fakeTarget{ta, tb}, 6, 6)
 	lower := share{conns: 8, concurrent: []int{6}, queue: []int{12}}
 	ft.f.mu.Lock()
 	ft.f.lower = map[string]share{"member 3": lower} // the next member's name
 	ft.f.mu.Unlock()
 	_, tc := ft.memberWith(lower, nil, nil)
-	waitShares(t, "two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
+	ft.waitShares("two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
 }
 
 // TestFleetSurvivesAServerRestart: the server restarts under a fleet of two. Their lease
@@ -724,18 +815,18 @@ func TestFleetSurvivesAServerRestart(t *testing.T) {
 	cluster := pgtest.NewCluster(t)
 	ft := newFleetTest(t, totals12, 20*time.Second, 200*time.Millisecond)
 	dial, _ := ft.dialer(cluster.URL())
-	// The fleet's table is on the cluster, which the test's admin connection does not reach: what
-	// the members hold is checked by their fake targets.
+	// The fleet's table is on the cluster, which the test's admin connection does not reach.
+	ft.db = openPlain(t, cluster.URL())
 	a, ta := ft.member(dial, nil)
 	b, tb := ft.member(dial, nil)
-	waitShares(t, "two", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	errs := a.stats().RefreshErrors + b.stats().RefreshErrors
 	changes := a.stats().ShareChanges + b.stats().ShareChanges
 	cluster.Restart(t)
 	waitFor(t, "refreshes to fail and then succeed again", func() bool {
 		return a.stats().RefreshErrors+b.stats().RefreshErrors > errs && a.stats().Members == 2 && b.stats().Members == 2
 	})
-	waitShares(t, "after the restart", []*fakeTarget{ta, tb}, 6, 6)
+	ft.waitShares("after the restart", []*fakeTarget{ta, tb}, 6, 6)
 	if c := a.stats().ShareChanges + b.stats().ShareChanges; c != changes {
 		t.Errorf("the shares changed %d times across the restart, want none: the members were to keep them", c-changes)
 	}
@@ -897,21 +988,25 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 		t.Fatalf("the new member holds %d connections while the 0.1.0 one declares all 12", got)
 	}
 	o1.shrink(fair(2, 0))
-	waitShares(t, "a 0.1.0 member and a new one", []*fakeTarget{o1.target, ta}, 6, 6)
+	ft.waitShares("a 0.1.0 member and a new one", []*fakeTarget{o1.target, ta}, 6, 6)
 
 	o2 := old010(1002, "0.1.0 member 2")
 	o2.refresh(fair(1, 0)) // a newcomer asks for everything and is granted what is free: nothing
 	if got := o2.target.holds().conns; got != 0 {
 		t.Fatalf("the 0.1.0 newcomer holds %d connections, want none before the others make room", got)
 	}
-	waitShares(t, "the new member making room for the 0.1.0 newcomer", []*fakeTarget{o1.target, ta, o2.target}, 6, 4, 0)
+	ft.waitShares("the new member making room for the 0.1.0 newcomer", []*fakeTarget{o1.target, ta, o2.target}, 6, 4, 0)
 	o1.shrink(fair(3, 0))
-	o2.refresh(fair(3, 2))
-	waitShares(t, "three of two versions", []*fakeTarget{o1.target, ta, o2.target}, 4, 4, 4)
+	// A 0.1.0 member refreshes until it is granted its share, as its loop does.
+	waitFor(t, "the 0.1.0 newcomer granted its share", func() bool {
+		o2.refresh(fair(3, 2))
+		return o2.target.holds().conns == 4
+	})
+	ft.waitShares("three of two versions", []*fakeTarget{o1.target, ta, o2.target}, 4, 4, 4)
 
 	o1.conn.close() // crashed: its lock is gone, its lease is not
 	o1.target.gone()
-	waitShares(t, "after the first 0.1.0 member crashed", []*fakeTarget{ta, o2.target}, 6, 4)
+	ft.waitShares("after the first 0.1.0 member crashed", []*fakeTarget{ta, o2.target}, 6, 4)
 }
 
 // TestFleetSchemaRefusesARefreshFunctionOfAnotherResult: a refresh function with this version's

@@ -46,6 +46,7 @@ type FleetStats struct {
 	Seated          bool  // the instance holds a share (Conns > 0)
 	ShareChanges    int64 // times the instance's share changed (each is logged)
 	RefreshErrors   int64 // lease refreshes that failed (the share is kept, never grown, until it is fenced)
+	SchemaMissing   bool  // the fleet's table or this version's functions are missing and the instance's role may not create them (see docs/fleet.md)
 }
 
 // PoolStats describes the physical connections.

@@ -1,0 +1,422 @@
+package gated
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gatedsql/gated/internal/pgtest"
+)
+
+// What the fleet does when its schema or its membership is disturbed from outside: the table
+// dropped, truncated or a row deleted, the refresh function dropped, a role that may not create
+// them, a lease connection killed in the middle of a refresh. In each the instances never hold,
+// and the live rows never declare, more than the totals (the fake targets check every growth,
+// watchDeclared samples the table), and the fleet serves again once the schema is back.
+
+// healTTL and healRefresh keep these tests short: a member fences two thirds of a TTL (1 s)
+// after its last successful refresh, so a member that did not keep its share shows within it.
+const (
+	healTTL     = 1500 * time.Millisecond
+	healRefresh = 100 * time.Millisecond
+)
+
+// openPlain opens a plain pgx *sql.DB on the server at u and closes it at cleanup.
+func openPlain(t testing.TB, u string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(2)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// freezer parks a member's loop at the start of its turns while frozen: the instance holds its
+// share and its lease connection (and lock) stays open, but it does not refresh.
+type freezer struct {
+	frozen  atomic.Bool
+	parked  chan struct{}
+	release chan struct{}
+}
+
+func newFreezer(t *testing.T) *freezer {
+	z := &freezer{parked: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { z.thaw() }) // before the members' cleanups, which wait for their loops
+	return z
+}
+
+func (z *freezer) step() {
+	if z.frozen.Load() {
+		select {
+		case z.parked <- struct{}{}:
+		default:
+		}
+		<-z.release
+	}
+}
+
+// freeze returns once the member's loop is parked.
+func (z *freezer) freeze() {
+	z.frozen.Store(true)
+	<-z.parked
+}
+
+func (z *freezer) thaw() {
+	if z.frozen.Swap(false) {
+		close(z.release)
+	}
+}
+
+// shareChanges is the sum of the members' share changes: unchanged while none of them shrank,
+// fenced or grew.
+func shareChanges(ms ...*fleetMember) int64 {
+	var n int64
+	for _, m := range ms {
+		n += m.stats().ShareChanges
+	}
+	return n
+}
+
+// exists reports whether the object the regclass or regprocedure text names exists.
+func (ft *fleetTest) exists(kind, name string) bool {
+	var ok bool
+	err := ft.adm.QueryRow("SELECT to_"+kind+"($1) IS NOT NULL", name).Scan(&ok)
+	return err == nil && ok
+}
+
+// TestFleetHealsADroppedTable: the lease table is dropped under a running fleet (an operator, a
+// migration tool, a restore of an older dump; the functions survive it). The members' lease
+// connections still hold their locks, which prove their membership: they keep their shares, the
+// next turn of a member whose role may create the table recreates it, each declares again what
+// it holds, and a newcomer started afterwards joins. Nobody fences.
+func TestFleetHealsADroppedTable(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	a, ta := ft.member(nil, nil)
+	b, tb := ft.member(nil, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes := shareChanges(a, b)
+	dropped := time.Now()
+	if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
+		t.Fatal(err)
+	}
+	ft.waitShares("after the table was dropped", []*fakeTarget{ta, tb}, 6, 6)
+	t.Logf("the table was back with both rows %v after the drop", time.Since(dropped))
+	// Kept for two TTLs more: a member that only kept its share until it fenced would show.
+	waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
+	ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
+	if c := shareChanges(a, b); c != changes {
+		t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
+	}
+	_, tc := ft.member(nil, nil)
+	ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+}
+
+// TestFleetHealsADroppedRefreshFunction: the refresh function of this version is dropped under a
+// running fleet. Every refresh fails until a member's next turn creates it again; the members
+// keep their shares meanwhile (their rows and locks count them), and a newcomer joins afterwards.
+func TestFleetHealsADroppedRefreshFunction(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	a, ta := ft.member(nil, nil)
+	b, tb := ft.member(nil, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+	dropped := time.Now()
+	if _, err := ft.adm.Exec("DROP FUNCTION " + fleetRefreshSignature(ft.table)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refresh function made again", func() bool { return ft.exists("regprocedure", fleetRefreshSignature(ft.table)) })
+	ft.refreshes(ta.name, 2)
+	ft.refreshes(tb.name, 2)
+	t.Logf("the fleet refreshed again %v after the drop, %d refreshes failed meanwhile",
+		time.Since(dropped), a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
+	waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
+	ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
+	if c := shareChanges(a, b); c != changes {
+		t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
+	}
+	_, tc := ft.member(nil, nil)
+	ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+}
+
+// TestFleetTruncatedTableKeepsTheTotals: the table is truncated while one member does not
+// refresh (its loop parked; its lease connection, and so its lock, open: it still holds its 6
+// connections). The other finds its own row gone: it holds its lock, so it declares again what it
+// holds, and may not grow into the parked member's room, which no row declares any more but its
+// lock proves held. Once the parked member runs again it declares its share again too. Then the
+// table is truncated under both running, and nothing moves either.
+func TestFleetTruncatedTableKeepsTheTotals(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	z := newFreezer(t)
+	a, ta := ft.member(nil, nil)
+	b, tb := ft.member(nil, z.step)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes := shareChanges(a, b)
+	z.freeze()
+	if _, err := ft.adm.Exec("TRUNCATE " + ft.table); err != nil {
+		t.Fatal(err)
+	}
+	ft.refreshes(ta.name, 5) // the running member's refreshes after the truncation, each wanting 12 if it could
+	if s := ta.holds(); s.conns != 6 {
+		t.Errorf("beside a member whose row was truncated away the other holds %v, want its 6", s)
+	}
+	z.thaw()
+	ft.waitShares("both running again", []*fakeTarget{ta, tb}, 6, 6)
+	if _, err := ft.adm.Exec("TRUNCATE " + ft.table); err != nil {
+		t.Fatal(err)
+	}
+	ft.refreshes(ta.name, 2)
+	ft.refreshes(tb.name, 2)
+	ft.waitShares("truncated under both running", []*fakeTarget{ta, tb}, 6, 6)
+	if c := shareChanges(a, b); c != changes {
+		t.Errorf("the shares changed %d times across the truncations, want none", c-changes)
+	}
+	_, tc := ft.member(nil, nil)
+	ft.waitShares("a newcomer after the truncations", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+}
+
+// TestFleetDeletedRowKeepsTheTotals: one member's row is deleted while its loop is parked (its
+// lock held, its connections open). The other may not take its room; once it runs again it
+// declares its share again, without fencing. Then the running member's own row is deleted, and
+// it declares its share again at its next refresh.
+func TestFleetDeletedRowKeepsTheTotals(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	z := newFreezer(t)
+	a, ta := ft.member(nil, nil)
+	b, tb := ft.member(nil, z.step)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes := shareChanges(a, b)
+	z.freeze()
+	if _, err := ft.adm.Exec("DELETE FROM "+ft.table+" WHERE fleet = $1 AND info = $2", ft.name, tb.name); err != nil {
+		t.Fatal(err)
+	}
+	ft.refreshes(ta.name, 5)
+	if s := ta.holds(); s.conns != 6 {
+		t.Errorf("beside a member whose row was deleted the other holds %v, want its 6", s)
+	}
+	z.thaw()
+	ft.waitShares("both running again", []*fakeTarget{ta, tb}, 6, 6)
+	if _, err := ft.adm.Exec("DELETE FROM "+ft.table+" WHERE fleet = $1 AND info = $2", ft.name, ta.name); err != nil {
+		t.Fatal(err)
+	}
+	ft.refreshes(ta.name, 2)
+	ft.waitShares("the running member's row deleted", []*fakeTarget{ta, tb}, 6, 6)
+	if c := shareChanges(a, b); c != changes {
+		t.Errorf("the shares changed %d times across the deletions, want none", c-changes)
+	}
+}
+
+// A logLines is a slog handler's output, safe for the members' goroutines.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// count returns how many lines contain every one of subs.
+func (l *logLines) count(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		all := line != ""
+		for _, s := range subs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// limitedRole makes a role for the test that may log in and use the fleet's table once granted,
+// but may not create anything in the schema, and returns it and a URL of the test server for it.
+// The role is dropped at cleanup.
+func (ft *fleetTest) limitedRole() (role, roleURL string) {
+	t := ft.t
+	role = fmt.Sprintf("gated_test_role_%d_%d", time.Now().UnixNano()%1e9, objSeq.Add(1))
+	if _, err := ft.adm.Exec("CREATE ROLE " + role + " LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The role's sessions first: a role with open sessions may not be dropped cleanly.
+		ft.adm.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+		for _, q := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := ft.adm.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	// PostgreSQL 15 grants PUBLIC no CREATE on the public schema: USAGE is all the role gets.
+	if _, err := ft.adm.Exec("REVOKE CREATE ON SCHEMA public FROM " + role); err != nil {
+		t.Fatal(err)
+	}
+	var may bool
+	if err := ft.adm.QueryRow("SELECT has_schema_privilege($1, 'public', 'CREATE')", role).Scan(&may); err != nil || may {
+		t.Fatalf("the test role may create in the public schema (%v): the test needs one that may not", err)
+	}
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return role, u.String()
+}
+
+// grant grants role what an instance needs on the fleet's table and functions.
+func (ft *fleetTest) grant(role string) {
+	ft.t.Helper()
+	for _, q := range []string{
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + ft.table + " TO " + role,
+		"GRANT EXECUTE ON FUNCTION " + fleetRefreshSignature(ft.table) + " TO " + role,
+	} {
+		if _, err := ft.adm.Exec(q); err != nil {
+			ft.t.Fatal(err)
+		}
+	}
+}
+
+// createSchema creates the fleet's table and functions as a role that may.
+func (ft *fleetTest) createSchema() {
+	ft.t.Helper()
+	dial, _ := ft.dialer("")
+	c, err := dial(context.Background())
+	if err != nil {
+		ft.t.Fatal(err)
+	}
+	defer c.close()
+	if err := ensureFleetSchema(context.Background(), c, ft.table); err != nil {
+		ft.t.Fatal(err)
+	}
+}
+
+// TestFleetWithoutCreateKeepsItsShareWhileTheSchemaIsGone: the instances' role may use the
+// fleet's table but not create it. The table is dropped: the members cannot recreate it, say so
+// once each in the log and in their stats, and keep serving from the share they were last
+// granted, which their locks keep counted: nobody can be granted anything while the table is
+// gone, and once it is back nobody is granted a locked member's room. A newcomer holds nothing
+// meanwhile. When an administrator creates the table again and grants it, the members declare
+// their shares again and the newcomer is seated.
+func TestFleetWithoutCreateKeepsItsShareWhileTheSchemaIsGone(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	var logs logLines
+	ft.log = func(member string) *slog.Logger {
+		return slog.New(slog.NewTextHandler(&logs, nil)).With("member", member)
+	}
+	role, roleURL := ft.limitedRole()
+	ft.createSchema()
+	ft.grant(role)
+	defer ft.watchDeclared()()
+	dial, _ := ft.dialer(roleURL)
+	a, ta := ft.member(dial, nil)
+	b, tb := ft.member(dial, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes := shareChanges(a, b)
+
+	dropped := time.Now()
+	if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both members to report the table missing", func() bool { return a.stats().SchemaMissing && b.stats().SchemaMissing })
+	c, tc := ft.member(dial, nil)
+	waitFor(t, "the newcomer to report the table missing", func() bool { return c.stats().SchemaMissing })
+	waitFor(t, "three TTLs after the drop", func() bool { return time.Since(dropped) > 3*ft.ttl })
+	for _, tg := range []*fakeTarget{ta, tb} {
+		if s := tg.holds(); s.conns != 6 {
+			t.Errorf("%s holds %v three TTLs after the table was dropped, want its share of 6 kept", tg.name, s)
+		}
+	}
+	if s := tc.holds(); s.conns != 0 {
+		t.Errorf("the newcomer holds %v while the table is missing, want nothing", s)
+	}
+	for _, tg := range []*fakeTarget{ta, tb, tc} {
+		if n := logs.count("member=\""+tg.name+"\"", "may not create"); n != 1 {
+			t.Errorf("%s logged %d times that it may not create the table, want once:\n%s", tg.name, n, logs.buf.String())
+		}
+	}
+
+	ft.createSchema()
+	ft.grant(role)
+	ft.waitShares("the table back", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	for _, m := range []*fleetMember{a, b, c} {
+		if m.stats().SchemaMissing {
+			t.Errorf("stats report the table missing once it is back: %+v", m.stats())
+		}
+	}
+	if c := shareChanges(a, b); c != changes+2 {
+		t.Errorf("the two members' shares changed %d times, want twice: each shrank once for the newcomer, and never fenced", c-changes)
+	}
+}
+
+// TestFleetLeaseConnectionKilledInTheMiddleOfARefresh: refreshes wait on the fleet's growth lock
+// (an administrator holds it) when their lease connections are terminated: a newcomer's, whose
+// row the killed refresh never committed, and then a seated member's that asked to grow into a
+// leaver's room. Each dials again: the newcomer joins afresh, the member finds its row live by its
+// TTL and keeps its share; the fleet never exceeds its totals, and settles once the lock is free.
+func TestFleetLeaseConnectionKilledInTheMiddleOfARefresh(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	a, ta := ft.member(nil, nil)
+	dial, app := ft.dialer("")
+	_, tb := ft.member(dial, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+
+	// holdGrowth takes the fleet's growth lock in a transaction of the administrator's and returns
+	// its release.
+	holdGrowth := func() func() {
+		tx, err := ft.adm.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("SELECT pg_advisory_xact_lock($1, 0)", fleetKey(ft.name)); err != nil {
+			t.Fatal(err)
+		}
+		return func() { tx.Rollback() }
+	}
+	// killWaiting terminates the lease backend of app once it waits on the growth lock.
+	killWaiting := func(app string) {
+		t.Helper()
+		waitFor(t, "a refresh of "+app+" waiting on the growth lock", func() bool {
+			var n int
+			err := ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", app).Scan(&n)
+			return err == nil && n == 1
+		})
+		var ok bool
+		if err := ft.adm.QueryRow("SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&ok); err != nil || !ok {
+			t.Fatalf("terminating the lease backend of %s: %v %v", app, ok, err)
+		}
+	}
+
+	release := holdGrowth()
+	dialC, appC := ft.dialer("")
+	_, tc := ft.member(dialC, nil)
+	killWaiting(appC)
+	release()
+	ft.waitShares("the newcomer after its lease connection was killed", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+
+	release = holdGrowth()
+	a.close() // a leaves: b and c ask to grow into its room, and wait on the lock
+	ta.gone()
+	killWaiting(app)
+	release()
+	ft.waitShares("after a seated member's lease connection was killed", []*fakeTarget{tb, tc}, 6, 6)
+}
