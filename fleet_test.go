@@ -973,7 +973,21 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 	if got := o1.target.holds().conns; got != 12 {
 		t.Fatalf("the 0.1.0 member alone holds %d connections, want 12", got)
 	}
-	_, ta := ft.member(nil, nil)
+	// The new member's loop runs late after each shrink, as on a loaded machine: it declares the
+	// smaller share a while after it holds it, so the 0.1.0 members' refreshes must wait for the
+	// table to show the room, not for the new member to hold less.
+	var late atomic.Pointer[fakeTarget]
+	held := -1
+	_, ta := ft.member(nil, func() {
+		if tg := late.Load(); tg != nil {
+			c := tg.holds().conns
+			if c < held {
+				time.Sleep(300 * time.Millisecond)
+			}
+			held = c
+		}
+	})
+	late.Store(ta)
 	waitFor(t, "the new member to join beside the 0.1.0 one", func() bool {
 		var n int
 		return ft.adm.QueryRow("SELECT count(*) FROM "+ft.table+" WHERE fleet = $1", ft.name).Scan(&n) == nil && n == 2
