@@ -88,8 +88,8 @@ type fleetMember struct {
 	// Monotonic: until when the lock our lease connection was last seen to hold keeps us counted,
 	// row or none; zero once that connection is dropped. See proveLock.
 	lockedUntil time.Time
-	schemaOK    bool // the table and this version's functions were there when last looked for
-	lastTarget share // the fair share computed from the last refresh; valid when joined
+	schemaOK    bool  // the table and this version's functions were there when last looked for
+	lastTarget  share // the fair share computed from the last refresh; valid when joined
 	// When the last refresh saw leases of others that only their TTL keeps counted (their lock
 	// is gone: a crashed instance), lapseAt is when the earliest expires, plus lapseMargin: the
 	// next refresh is sent then if that comes before the regular one. afterLive and afterTarget
@@ -218,7 +218,7 @@ func (m *fleetMember) turn() time.Duration {
 	v, err := refresh(ctx, m.conn, m.cfg.table, req)
 	if err != nil {
 		switch sqlState(err) {
-		case "42P01": // undefined_table: our row went with it
+		case "42P01", "3F000": // undefined_table, invalid_schema_name: our row went with it
 			m.schemaOK, m.validUntil = false, time.Time{}
 		case "42883": // undefined_function
 			m.schemaOK = false

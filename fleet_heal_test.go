@@ -100,54 +100,60 @@ func (ft *fleetTest) exists(kind, name string) bool {
 // next turn of a member whose role may create the table recreates it, each declares again what
 // it holds, and a newcomer started afterwards joins. Nobody fences.
 func TestFleetHealsADroppedTable(t *testing.T) {
-	ft := newFleetTest(t, totals12, healTTL, healRefresh)
-	defer ft.watchDeclared()()
-	a, ta := ft.member(nil, nil)
-	b, tb := ft.member(nil, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
-	changes := shareChanges(a, b)
-	dropped := time.Now()
-	if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
-		t.Fatal(err)
-	}
-	ft.waitShares("after the table was dropped", []*fakeTarget{ta, tb}, 6, 6)
-	t.Logf("the table was back with both rows %v after the drop", time.Since(dropped))
-	// Kept for two TTLs more: a member that only kept its share until it fenced would show.
-	waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
-	ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
-	if c := shareChanges(a, b); c != changes {
-		t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
-	}
-	_, tc := ft.member(nil, nil)
-	ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, healTTL, healRefresh)
+		defer ft.watchDeclared()()
+		dial, _ := ft.dialerWith(drv, "")
+		a, ta := ft.member(dial, nil)
+		b, tb := ft.member(dial, nil)
+		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		changes := shareChanges(a, b)
+		dropped := time.Now()
+		if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
+			t.Fatal(err)
+		}
+		ft.waitShares("after the table was dropped", []*fakeTarget{ta, tb}, 6, 6)
+		t.Logf("the table was back with both rows %v after the drop", time.Since(dropped))
+		// Kept for two TTLs more: a member that only kept its share until it fenced would show.
+		waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
+		ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
+		if c := shareChanges(a, b); c != changes {
+			t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
+		}
+		_, tc := ft.member(dial, nil)
+		ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	})
 }
 
 // TestFleetHealsADroppedRefreshFunction: the refresh function of this version is dropped under a
 // running fleet. Every refresh fails until a member's next turn creates it again; the members
 // keep their shares meanwhile (their rows and locks count them), and a newcomer joins afterwards.
 func TestFleetHealsADroppedRefreshFunction(t *testing.T) {
-	ft := newFleetTest(t, totals12, healTTL, healRefresh)
-	defer ft.watchDeclared()()
-	a, ta := ft.member(nil, nil)
-	b, tb := ft.member(nil, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
-	changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
-	dropped := time.Now()
-	if _, err := ft.adm.Exec("DROP FUNCTION " + fleetRefreshSignature(ft.table)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the refresh function made again", func() bool { return ft.exists("regprocedure", fleetRefreshSignature(ft.table)) })
-	ft.refreshes(ta.name, 2)
-	ft.refreshes(tb.name, 2)
-	t.Logf("the fleet refreshed again %v after the drop, %d refreshes failed meanwhile",
-		time.Since(dropped), a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
-	waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
-	ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
-	if c := shareChanges(a, b); c != changes {
-		t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
-	}
-	_, tc := ft.member(nil, nil)
-	ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, healTTL, healRefresh)
+		defer ft.watchDeclared()()
+		dial, _ := ft.dialerWith(drv, "")
+		a, ta := ft.member(dial, nil)
+		b, tb := ft.member(dial, nil)
+		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+		dropped := time.Now()
+		if _, err := ft.adm.Exec("DROP FUNCTION " + fleetRefreshSignature(ft.table)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the refresh function made again", func() bool { return ft.exists("regprocedure", fleetRefreshSignature(ft.table)) })
+		ft.refreshes(ta.name, 2)
+		ft.refreshes(tb.name, 2)
+		t.Logf("the fleet refreshed again %v after the drop, %d refreshes failed meanwhile",
+			time.Since(dropped), a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
+		waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
+		ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
+		if c := shareChanges(a, b); c != changes {
+			t.Errorf("the shares changed %d times after the drop, want none: the members were to keep them", c-changes)
+		}
+		_, tc := ft.member(dial, nil)
+		ft.waitShares("a newcomer after the drop", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+	})
 }
 
 // TestFleetTruncatedTableKeepsTheTotals: the table is truncated while one member does not
