@@ -31,6 +31,10 @@ import (
 //     fenceAfter of the TTL ago): then it fences itself, shrinking to nothing, because the others
 //     may soon count its share as free. A member whose row the database no longer counts fences
 //     and joins again.
+//   - A live lock is a live member, row or none: while the lease connection holds the member's
+//     lock, a failed refresh keeps the share (the table or a function dropped: the next turn
+//     creates what is missing), and a member whose row is gone declares again what it holds.
+//     Without the lock and without the row, nothing counts the member: it fences at once.
 
 // A shareTarget is what a member controls: its instance's gates and pool.
 type shareTarget interface {

@@ -25,7 +25,10 @@ import (
 // the lease expires, while a member that is alive but slow, or a jump of the database's clock
 // that makes every lease look expired, keeps its share counted for as long as its lease
 // connection lives. The lock is the proof of life; the TTL only covers a member whose lease
-// connection broke and which may still hold other connections.
+// connection broke and which may still hold other connections. A lock is proof even without a
+// row (the table truncated or made again, the row deleted): no grant counts as free while a
+// member holds its lock without a row, and such a member declares its share again at its next
+// refresh, since the others counted it all along.
 //
 // Every refresh is one statement, SELECT * FROM <table>_refresh(...), a PL/pgSQL function: it
 // declares what the member holds now (always safe: a member declares less only after it has
