@@ -342,7 +342,9 @@ func (m *fleetMember) mustFence() bool {
 // and with it any lock a failed join may have left on it; the member then fences once its
 // lease may have expired, at once when its row is known gone.
 func (m *fleetMember) failed(what string, err error) time.Duration {
-	if m.conn != nil && m.joined && !answerLost(err) && m.proveLock() {
+	// A canceled statement (57014: our timeout, or the server's statement_timeout) may have left
+	// the connection wedged, and asking it would take the time left before fencing.
+	if m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" && m.proveLock() {
 		// Kept.
 	} else {
 		m.dropConn()
@@ -369,7 +371,12 @@ func (m *fleetMember) failed(what string, err error) time.Duration {
 // should the connection break meanwhile, the next turn finds it broken and drops it, which ends
 // what the lock proved.
 func (m *fleetMember) proveLock() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), m.queryTimeout())
+	timeout := m.queryTimeout()
+	if !m.have.equal(zeroShare(len(m.have.concurrent))) {
+		// Like a refresh, the question must not hold the loop past the moment to fence.
+		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	sent := time.Now()
 	rows, err := m.conn.query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted

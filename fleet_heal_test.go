@@ -426,3 +426,86 @@ func TestFleetLeaseConnectionKilledInTheMiddleOfARefresh(t *testing.T) {
 	release()
 	ft.waitShares("after a seated member's lease connection was killed", []*fakeTarget{tb, tc}, 6, 6)
 }
+
+// TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed: a gated instance under load
+// beside a member with a fake target, a fleet of 6 connections, while the table is truncated, a
+// row deleted, the refresh function dropped and the table dropped, one after the other.
+// pg_stat_activity is the ground truth, sampled all along: the instance's backends and what the
+// other member holds never add up to more than 6, and after each disturbance both hold their
+// shares again, declared in the table, and the instance serves.
+func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, share{conns: 6, concurrent: []int{4}, queue: []int{4}}, healTTL, healRefresh)
+		defer ft.watchDeclared()()
+		params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=%s&gate_fleet_refresh=%s"+
+			"&gate_max_conns=6&gate_concurrent=4&gate_queue=4&gate_queue_wait=50ms", ft.name, ft.table, healTTL, healRefresh)
+		db, c, app := openPGAt(t, pgtest.URL(t), drv, params)
+		waitFor(t, "the instance seated", func() bool { return c.Stats().Fleet.Conns == 6 })
+		_, tb := ft.member(nil, nil)
+		seated := func() bool {
+			if c.Stats().Fleet.Conns != 3 || tb.holds().conns != 3 {
+				return false
+			}
+			var n, declared int
+			err := ft.adm.QueryRow(fmt.Sprintf("SELECT count(*), coalesce(sum(conns), 0) FROM %[1]s WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())", ft.table),
+				ft.name, fleetKey(ft.name)).Scan(&n, &declared)
+			return err == nil && n == 2 && declared == 6
+		}
+		waitFor(t, "both members seated and declared", seated)
+
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var served atomic.Int64
+		for range 6 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					_, err := db.ExecContext(ctx, "SELECT pg_sleep(0.005)")
+					switch {
+					case err == nil:
+						served.Add(1)
+					case IsRejected(err):
+						time.Sleep(time.Millisecond)
+					case ctx.Err() == nil:
+						t.Errorf("an operation failed: %v", err)
+						return
+					}
+				}
+			})
+		}
+		var worst, samples atomic.Int64
+		sampler := repeat(func() bool {
+			held := tb.holds().conns // before the backends: a growth it makes later cannot be counted twice
+			var n int
+			if err := ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err == nil {
+				storeMax(&worst, int64(n+held))
+				samples.Add(1)
+			}
+			time.Sleep(2 * time.Millisecond)
+			return true
+		})
+		for _, step := range []struct{ what, sql string }{
+			{"truncated", "TRUNCATE " + ft.table},
+			{"a row deleted", "DELETE FROM " + ft.table + " WHERE member = (SELECT min(member) FROM " + ft.table + " WHERE fleet = '" + ft.name + "')"},
+			{"the refresh function dropped", "DROP FUNCTION " + fleetRefreshSignature(ft.table)},
+			{"the table dropped", "DROP TABLE " + ft.table},
+		} {
+			at := served.Load()
+			if _, err := ft.adm.Exec(step.sql); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+			disturbed := time.Now()
+			waitFor(t, "the schema back and both members seated and declared after: "+step.what, func() bool {
+				return ft.exists("regclass", ft.table) && ft.exists("regprocedure", fleetRefreshSignature(ft.table)) && seated()
+			})
+			t.Logf("%s: both declared again %v after", step.what, time.Since(disturbed))
+			waitFor(t, "operations served after: "+step.what, func() bool { return served.Load() > at+50 })
+		}
+		sampler()
+		stop()
+		wg.Wait()
+		if w := worst.Load(); w > 6 {
+			t.Errorf("at worst the instance's backends and the other member's share added up to %d, above the fleet's 6 (%d samples)", w, samples.Load())
+		}
+		t.Logf("at most %d connections in %d samples; %d operations served", worst.Load(), samples.Load(), served.Load())
+	})
+}

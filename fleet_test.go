@@ -764,7 +764,10 @@ func BenchmarkFleetRefresh(b *testing.B) {
 // until the server's TCP keepalive ended it.
 func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		ft := newFleetTest(t, totals12, 1500*time.Millisecond, 100*time.Millisecond)
+		// The hung refresh is given up after a third of the TTL and the member must refresh on a
+		// new connection before two thirds: a TTL of 4.5 s leaves 1.5 s for that on a loaded
+		// machine (with 1.5 s, 0.5 s was sometimes too little, and the member fenced).
+		ft := newFleetTest(t, totals12, 4500*time.Millisecond, 100*time.Millisecond)
 		defer ft.watchDeclared()()
 		p, base := proxied(t)
 		dial, app := ft.dialerWith(drv, base)
