@@ -180,8 +180,8 @@ func (m *fleetMember) turn() time.Duration {
 	afterLive := m.afterLive
 	m.lapseAt, m.afterLive = time.Time{}, nil
 	if m.mustFence() {
-		m.fence("its lease may have expired: no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
-			" and no lock proves its membership")
+		m.fence("its lease may have expired (no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
+			", or its row is gone) and no lock proves its membership")
 	}
 	timeout := m.queryTimeout()
 	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
@@ -221,13 +221,22 @@ func (m *fleetMember) turn() time.Duration {
 	sent := time.Now()
 	v, err := refresh(ctx, m.conn, m.cfg.table, req)
 	if err != nil {
+		rowGone := false
 		switch sqlState(err) {
 		case "42P01", "3F000": // undefined_table, invalid_schema_name: our row went with it
-			m.schemaOK, m.validUntil = false, time.Time{}
+			m.schemaOK, rowGone = false, true
 		case "42883": // undefined_function
 			m.schemaOK = false
 		}
-		return m.failed("refreshing the lease", err)
+		wait := m.failed("refreshing the lease", err)
+		if rowGone {
+			// Only the lock counts us now: without it, fence at once.
+			m.validUntil = time.Time{}
+			if m.mustFence() {
+				return 0
+			}
+		}
+		return wait
 	}
 	m.expectLapse(v, time.Now())
 	m.lastErr = ""
@@ -344,9 +353,8 @@ func (m *fleetMember) mustFence() bool {
 func (m *fleetMember) failed(what string, err error) time.Duration {
 	// A canceled statement (57014: our timeout, or the server's statement_timeout) may have left
 	// the connection wedged, and asking it would take the time left before fencing.
-	if m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" && m.proveLock() {
-		// Kept.
-	} else {
+	keep := m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" && m.proveLock()
+	if !keep {
 		m.dropConn()
 	}
 	m.mu.Lock()

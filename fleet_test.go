@@ -53,9 +53,10 @@ func newFakeFleet(t testing.TB, totals share) *fakeFleet {
 // A fakeTarget is one instance: it holds what it is moved to. While stuck is set, shrinkTo
 // waits, as an instance whose connections are all in use does.
 type fakeTarget struct {
-	f     *fakeFleet
-	name  string
-	stuck atomic.Bool
+	f      *fakeFleet
+	name   string
+	stuck  atomic.Bool
+	zeroed atomic.Int64 // times it went from a seat to nothing: fenced, or gone
 }
 
 func (tg *fakeTarget) shrinkTo(ctx context.Context, s share) error {
@@ -78,6 +79,9 @@ func (tg *fakeTarget) set(s share) {
 	defer f.mu.Unlock()
 	if b := sum(s.concurrent); b > s.dataConns() {
 		f.violations = append(f.violations, fmt.Sprintf("%s moved to %v: B %d above its %d data connections", tg.name, s, b, s.dataConns()))
+	}
+	if prev, ok := f.held[tg]; ok && prev.conns > 0 && s.conns == 0 {
+		tg.zeroed.Add(1)
 	}
 	f.held[tg] = s.clone()
 	total := zeroShare(len(f.totals.concurrent))
