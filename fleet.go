@@ -88,7 +88,7 @@ type fleetMember struct {
 	// The loop's own state, touched only by run.
 	conn       leaseConn
 	waiter     notifyWaiter // conn's, once it listens to the channel; nil: wait by the clock alone
-	declared   share        // what the last refresh that succeeded left declared
+	declared   share        // what the last refresh that succeeded declared the instance held
 	id         int32
 	joined     bool      // the database holds a live row of ours
 	have       share     // what the instance holds now; declared by the next refresh
@@ -277,12 +277,14 @@ func (m *fleetMember) turn() time.Duration {
 	m.joined = true
 	m.validUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
 	me := v.me()
-	// A member that joined, or declared less than before, tells the others at once: a newcomer
-	// needs them to make room, and the room one made is theirs to take.
+	// A member that joined, or declared that it holds less than before, tells the others at once:
+	// a newcomer needs them to make room, and the room one made is theirs to take. A grant that
+	// the member could not use all of (fit) and declares back is no such change: notifying it
+	// would wake the others into refreshes that wake them again.
 	if joinedNow || !m.declared.within(req.have) {
 		notifyFleet(ctx, m.conn, m.channel, m.id) // lost, it costs the wait for the others' next refresh
 	}
-	m.declared = me.declared
+	m.declared = req.have
 	n, rank, totals := v.rank(m.cfg.totals)
 	if grown := m.have.growToward(me.declared); !grown.equal(m.have) {
 		m.target.growTo(grown)
