@@ -156,7 +156,8 @@ func TestLiveShowsTheTestsOwnBackends(t *testing.T) {
 }
 
 // TestLiveListsTheFleetWithoutJoiningIt runs one instance with gate_fleet=on and finds it in
-// -live's fleet table holding the whole total (6 connections, B 5 beside its lease connection);
+// -live's fleet table holding the whole total (6 working connections, B 5 by default; its lease
+// connection is one more, outside the total);
 // the command, given the same DSN, does not join.
 func TestLiveListsTheFleetWithoutJoiningIt(t *testing.T) {
 	url := pgtest.URL(t)
