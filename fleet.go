@@ -88,6 +88,7 @@ type fleetMember struct {
 	// The loop's own state, touched only by run.
 	conn       leaseConn
 	waiter     notifyWaiter // conn's, once it listens to the channel; nil: wait by the clock alone
+	listening  bool         // LISTEN was tried on conn
 	declared   share        // what the last refresh that succeeded declared the instance held
 	id         int32
 	joined     bool      // the database holds a live row of ours
@@ -230,13 +231,6 @@ func (m *fleetMember) turn() time.Duration {
 			return m.retryWait()
 		}
 		m.conn = c
-		if w := notifyWaiterOf(c); w != nil {
-			// Without LISTEN the member only misses the others' notifications: it refreshes at
-			// its regular interval.
-			if err := listenFleet(ctx, c, m.channel); err == nil {
-				m.waiter = w
-			}
-		}
 	}
 	if !m.schemaOK {
 		if err := ensureFleetSchema(ctx, m.conn, m.cfg.table); err != nil {
@@ -277,6 +271,17 @@ func (m *fleetMember) turn() time.Duration {
 	m.joined = true
 	m.validUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
 	me := v.me()
+	// A new lease connection listens once its first refresh has kept the lease: not before, where
+	// the round trip would delay the refresh that a member whose connection was given up needs
+	// before it must fence; and before the member notifies, so that the answers to a newcomer's
+	// notification reach it. Without LISTEN the member only misses the others' notifications: it
+	// refreshes at its regular interval.
+	if !m.listening {
+		m.listening = true // tried once per connection
+		if w := notifyWaiterOf(m.conn); w != nil && listenFleet(ctx, m.conn, m.channel) == nil {
+			m.waiter = w
+		}
+	}
 	// A member that joined, or declared that it holds less than before, tells the others at once:
 	// a newcomer needs them to make room, and the room one made is theirs to take. A grant that
 	// the member could not use all of (fit) and declares back is no such change: notifying it
@@ -389,7 +394,7 @@ func (m *fleetMember) dropConn() {
 		return
 	}
 	c := m.conn
-	m.conn, m.waiter = nil, nil
+	m.conn, m.waiter, m.listening = nil, nil, false
 	if m.leasePID != 0 {
 		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
 		m.leasePID = 0
