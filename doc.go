@@ -99,7 +99,8 @@
 // # Fleet
 //
 // gate_fleet=on (with gate_name) makes gate_max_conns and every gate's B and Q the totals of all
-// live instances of that gate_name on the database: each instance runs with its share, and the
+// live instances of that gate_name on the database (each instance keeps one lease connection
+// beside its share of gate_max_conns): each instance runs with its share, and the
 // shares move as instances join, leave or die, coordinated through PostgreSQL itself (a lease
 // table, a session advisory lock per instance, growth granted under a transaction-level advisory
 // lock). An instance shrinks before it declares a smaller share, grows only into what the others

@@ -2,10 +2,12 @@ package gated
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,11 +82,18 @@ type fleetMember struct {
 	target shareTarget
 	log    *slog.Logger
 	stop   chan struct{}
+	halt   context.Context // ends with stop: bounds the wait for a notification
+	cancel context.CancelFunc
 	done   chan struct{}
-	bg     sync.WaitGroup // lease connections being closed in the background
+	// channel is the fleet's notification channel (fleet_notify.go).
+	channel string
+	bg      sync.WaitGroup // lease connections being closed in the background
 
 	// The loop's own state, touched only by run.
 	conn       leaseConn
+	waiter     notifyWaiter // conn's, once it listens to the channel; nil: wait by the clock alone
+	listening  bool         // LISTEN was tried on conn
+	declared   share        // what the last refresh that succeeded declared the instance held
 	id         int32
 	joined     bool      // the database holds a live row of ours
 	have       share     // what the instance holds now; declared by the next refresh
@@ -125,9 +134,10 @@ type fleetMember struct {
 func newFleetMember(cfg fleetConfig, dial func(context.Context) (leaseConn, error), target shareTarget, log *slog.Logger) *fleetMember {
 	m := &fleetMember{
 		cfg: cfg, key: fleetKey(cfg.name), dial: dial, target: target, log: log,
-		stop: make(chan struct{}), done: make(chan struct{}),
-		have: zeroShare(len(cfg.totals.concurrent)),
+		stop: make(chan struct{}), done: make(chan struct{}), channel: notifyChannel(cfg.table, cfg.name),
+		have: zeroShare(len(cfg.totals.concurrent)), declared: zeroShare(len(cfg.totals.concurrent)),
 	}
+	m.halt, m.cancel = context.WithCancel(context.Background())
 	m.status.TotalConns = cfg.totals.conns
 	return m
 }
@@ -140,23 +150,55 @@ func (m *fleetMember) start() { go m.run() }
 // the share comes back when the lease expires.
 func (m *fleetMember) close() {
 	close(m.stop)
+	m.cancel()
 	<-m.done
 }
 
 func (m *fleetMember) run() {
 	defer close(m.done)
 	defer m.leave()
-	wait := time.Duration(0)
-	t := time.NewTimer(0)
-	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
-		case <-t.C:
+		default:
 		}
-		wait = m.step()
-		t.Reset(wait)
+		if !m.wait(m.step()) {
+			return
+		}
+	}
+}
+
+// wait waits d, or less when another member's notification arrives first on the lease
+// connection: it joined, declared less or left, and a refresh now takes the room it made or
+// makes the room it needs. It returns false when the member was closed meanwhile.
+func (m *fleetMember) wait(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	if m.waiter != nil {
+		ctx, cancel := context.WithTimeout(m.halt, d)
+		err := m.waiter.waitNotify(ctx, strconv.Itoa(int(m.id)))
+		cancel()
+		switch {
+		case m.halt.Err() != nil:
+			return false
+		case err == nil || ctx.Err() != nil:
+			return true
+		case errors.Is(err, errNoNotifyWait):
+			m.waiter = nil // and wait by the clock
+		default:
+			m.dropConn() // broken: the next turn dials another
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-m.stop:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -249,9 +291,29 @@ func (m *fleetMember) turn() time.Duration {
 		}
 		return 0 // the id was taken: another one at once
 	}
+	joinedNow := !m.joined
 	m.joined = true
 	m.validUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
 	me := v.me()
+	// A new lease connection listens once its first refresh has kept the lease: not before, where
+	// the round trip would delay the refresh that a member whose connection was given up needs
+	// before it must fence; and before the member notifies, so that the answers to a newcomer's
+	// notification reach it. Without LISTEN the member only misses the others' notifications: it
+	// refreshes at its regular interval.
+	if !m.listening {
+		m.listening = true // tried once per connection
+		if w := notifyWaiterOf(m.conn); w != nil && listenFleet(ctx, m.conn, m.channel) == nil {
+			m.waiter = w
+		}
+	}
+	// A member that joined, or declared that it holds less than before, tells the others at once:
+	// a newcomer needs them to make room, and the room one made is theirs to take. A grant that
+	// the member could not use all of (fit) and declares back is no such change: notifying it
+	// would wake the others into refreshes that wake them again.
+	if joinedNow || !m.declared.within(req.have) {
+		notifyFleet(ctx, m.conn, m.channel, m.id) // lost, it costs the wait for the others' next refresh
+	}
+	m.declared = req.have
 	n, rank, totals := v.rank(m.cfg.totals)
 	if grown := m.have.growToward(me.declared); !grown.equal(m.have) {
 		m.target.growTo(grown)
@@ -278,6 +340,11 @@ func (m *fleetMember) turn() time.Duration {
 		return m.cfg.refresh
 	}
 	if !target.within(m.have) {
+		if !target.within(req.want) {
+			return 0 // the fleet changed since the refresh was sent: ask for the new fair share now
+		}
+		// Asked, and not granted in full: the others have not made room yet. Each notifies when
+		// it does; the shorter interval covers a notification that is lost.
 		return m.cfg.refresh / pendingRefreshDiv
 	}
 	return m.cfg.refresh
@@ -407,7 +474,7 @@ func (m *fleetMember) dropConn() {
 		return
 	}
 	c := m.conn
-	m.conn = nil
+	m.conn, m.waiter, m.listening = nil, nil, false
 	m.lockedUntil = time.Time{}
 	if m.leasePID != 0 {
 		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
@@ -454,8 +521,12 @@ func (m *fleetMember) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ttl)
 	defer cancel()
 	if m.conn != nil && m.joined && m.target.shrinkTo(ctx, zeroShare(len(m.have.concurrent))) == nil {
-		if err := leaveFleet(ctx, m.conn, m.cfg.table, m.cfg.name, m.key, m.id); err != nil && m.log != nil {
-			m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.name, "err", err)
+		if err := leaveFleet(ctx, m.conn, m.cfg.table, m.cfg.name, m.key, m.id); err != nil {
+			if m.log != nil {
+				m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.name, "err", err)
+			}
+		} else {
+			notifyFleet(ctx, m.conn, m.channel, m.id) // the others take the share at once
 		}
 	}
 	if m.conn != nil {

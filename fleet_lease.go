@@ -591,7 +591,7 @@ type FleetMember struct {
 	Joined     time.Time     // when it joined, by the database's clock
 	LeaseLeft  time.Duration // until its lease expires by the database's clock; negative once expired
 	Live       bool          // counted in the fleet: lease not expired, or its lease connection still holds its lock
-	Conns      int           // its declared share of gate_max_conns, its lease connection included (0: joining, fenced or without a seat)
+	Conns      int           // its declared share of gate_max_conns, its working connections; its lease connection is one more (0: joining, fenced or without a seat)
 	Concurrent []int         // its declared share of each gate's B: the default workload's first, then gate_workloads'
 	Queue      []int         // its declared share of each gate's Q
 	TotalConns int           // the gate_max_conns it was configured with

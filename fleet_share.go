@@ -13,9 +13,12 @@ import (
 // A share is a number of physical connections and, for each gate (the default workload first,
 // then the workloads in Config order), execution and admission permits beyond them.
 //
-// conns counts every connection the instance has open on the server, its lease connection
-// included: an instance with a share of conns c runs its pool with at most c-1 physical
-// connections, and its gates' B add up to at most c-1. An instance with conns 0 holds no seat: it
+// conns counts the instance's working connections, its pool's: its lease connection is one more,
+// outside the share and outside gate_max_conns (a fleet of n instances holds at most the total P
+// working connections and n lease connections), so that the lease costs the fleet no working
+// connection. An instance with a share of conns c runs its pool with at most c physical
+// connections, and its gates' B add up to at most c. An instance is seated when its share has a
+// connection; a seated instance always has a permit (see fairShare). An instance without a seat
 // keeps no connection open (see fleet.go) and refuses every operation.
 type share struct {
 	conns      int
@@ -33,9 +36,9 @@ func (s share) clone() share {
 	return share{conns: s.conns, concurrent: append([]int(nil), s.concurrent...), queue: append([]int(nil), s.queue...)}
 }
 
-// dataConns is how many physical connections the pool may open under s: all of them but the
-// lease connection.
-func (s share) dataConns() int { return max(s.conns-1, 0) }
+// dataConns is how many physical connections the pool may open under s: all of them, the lease
+// connection being outside the share.
+func (s share) dataConns() int { return max(s.conns, 0) }
 
 // equal reports whether s and o are the same share.
 func (s share) equal(o share) bool {
@@ -115,22 +118,28 @@ func (s share) growToward(g share) share {
 }
 
 // fairShare returns the share of the member at rank (0 = the earliest to join) of a fleet of n
-// members with totals t, before fit. Each total is divided as evenly as integers allow: everyone
-// gets t/n, and the remainder goes one each to consecutive ranks, starting for each gate where the
-// previous gate's remainder stopped, so that no member collects every gate's extra. The n shares of one
-// total add up to that total exactly, so the fleet is never above it; with more members than
-// connections, the members ranked last get conns 0, no seat.
+// members with totals t, before fit. The seats are the first min(n, t.conns, ΣB) ranks, so that
+// every seated member can have a connection and a permit; the others get nothing. Each total is
+// divided among the seats as evenly as integers allow: every seat gets t/seats, and the
+// remainder goes one each to consecutive ranks, starting for each gate where the previous gate's
+// remainder stopped, so that no member collects every gate's extra and every seat's permits add
+// up to at least one. The shares of one total add up to that total exactly, so the fleet is never
+// above it.
 func fairShare(t share, n, rank int) share {
 	s := zeroShare(len(t.concurrent))
-	if n <= 0 || rank < 0 || rank >= n {
+	seats := min(n, max(t.conns, 0))
+	if b := sum(t.concurrent); b > 0 {
+		seats = min(seats, b)
+	}
+	if seats <= 0 || rank < 0 || rank >= seats {
 		return s
 	}
 	split := func(total, offset int) int {
 		if total <= 0 {
 			return 0
 		}
-		v := total / n
-		if (rank-offset%n+n)%n < total%n {
+		v := total / seats
+		if (rank-offset%seats+seats)%seats < total%seats {
 			v++
 		}
 		return v
@@ -141,12 +150,12 @@ func fairShare(t share, n, rank int) share {
 	off := 0
 	for i := range t.concurrent {
 		s.concurrent[i] = split(t.concurrent[i], off)
-		off += max(t.concurrent[i], 0) % n
+		off += max(t.concurrent[i], 0) % seats
 	}
 	off = 0
 	for i := range t.queue {
 		s.queue[i] = split(t.queue[i], off)
-		off += max(t.queue[i], 0) % n
+		off += max(t.queue[i], 0) % seats
 	}
 	return s
 }
@@ -185,7 +194,7 @@ func parseInts(s string) ([]int, error) {
 	return v, nil
 }
 
-// String formats s for logs: "conns=5 concurrent=[4 1] queue=[4 1]".
+// sum returns the sum of v.
 func sum(v []int) int {
 	var n int
 	for _, x := range v {
@@ -194,6 +203,7 @@ func sum(v []int) int {
 	return n
 }
 
+// String formats s for logs: "conns=5 concurrent=[4 1] queue=[4 1]".
 func (s share) String() string {
 	return fmt.Sprintf("conns=%d concurrent=%v queue=%v", s.conns, s.concurrent, s.queue)
 }

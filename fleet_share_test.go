@@ -8,9 +8,10 @@ import (
 
 // TestFleetSharesNeverAddUpAboveTheTotals divides every small set of totals among every fleet
 // size up to more members than connections, and checks each rule of the arithmetic: the shares of
-// one total add up to exactly that total before fit and to at most it after; every share is within
-// one of total/n; a fitted share's B fit in its connections beside the lease connection; a gate
-// without B has no queue; members beyond the connections get no seat.
+// one total add up to exactly that total before fit and to at most it after; the seats are the
+// first min(n, P, ΣB) ranks, and every seat's share is within one of total/seats; a fitted share's
+// B fit in its connections (the lease connection is outside the share); a seated member has a
+// permit; a gate without B has no queue; members beyond the seats get nothing.
 func TestFleetSharesNeverAddUpAboveTheTotals(t *testing.T) {
 	var cases int
 	for conns := 0; conns <= 13; conns++ {
@@ -44,6 +45,10 @@ func checkShares(t *testing.T, total share, n int) {
 	sumFitB := make([]int, len(total.concurrent))
 	sumQ := make([]int, len(total.queue))
 	sumFitQ := make([]int, len(total.queue))
+	seats := min(n, total.conns)
+	if b := sum(total.concurrent); b > 0 {
+		seats = min(seats, b)
+	}
 	for rank := range n {
 		fair := fairShare(total, n, rank)
 		fit := fair.fit()
@@ -56,18 +61,24 @@ func checkShares(t *testing.T, total share, n int) {
 		if !targetShare(total, n, rank).equal(fit) {
 			t.Fatalf("%s: rank %d: targetShare differs from the fitted fair share", name, rank)
 		}
-		checkNear(t, name, rank, "conns", fair.conns, total.conns, n)
-		if rank >= total.conns && fair.conns != 0 {
-			t.Fatalf("%s: rank %d beyond %d connections has conns %d, want no seat", name, rank, total.conns, fair.conns)
+		if rank >= seats {
+			if !fair.equal(zeroShare(len(total.concurrent))) {
+				t.Fatalf("%s: rank %d beyond the %d seats has %v, want nothing", name, rank, seats, fair)
+			}
+			continue
 		}
-		if b := sum(fit.concurrent); b > fit.dataConns() {
-			t.Fatalf("%s: rank %d: B adds up to %d, more than the %d connections beside the lease in %v", name, rank, b, fit.dataConns(), fit)
+		checkNear(t, name, rank, "conns", fair.conns, total.conns, seats)
+		if fit.conns < 1 {
+			t.Fatalf("%s: rank %d of %d seats has no connection: %v", name, rank, seats, fit)
+		}
+		if b := sum(fit.concurrent); b > fit.dataConns() || (b < 1 && sum(total.concurrent) > 0) {
+			t.Fatalf("%s: rank %d: B adds up to %d in %v, want 1 to its %d connections", name, rank, b, fit, fit.dataConns())
 		}
 		sumConns += fair.conns
 		sumFitConns += fit.conns
 		for g := range total.concurrent {
-			checkNear(t, name, rank, fmt.Sprintf("concurrent[%d]", g), fair.concurrent[g], total.concurrent[g], n)
-			checkNear(t, name, rank, fmt.Sprintf("queue[%d]", g), fair.queue[g], total.queue[g], n)
+			checkNear(t, name, rank, fmt.Sprintf("concurrent[%d]", g), fair.concurrent[g], total.concurrent[g], seats)
+			checkNear(t, name, rank, fmt.Sprintf("queue[%d]", g), fair.queue[g], total.queue[g], seats)
 			if fit.concurrent[g] == 0 && fit.queue[g] != 0 {
 				t.Fatalf("%s: rank %d: gate %d has no B but a queue of %d", name, rank, g, fit.queue[g])
 			}
@@ -76,6 +87,9 @@ func checkShares(t *testing.T, total share, n int) {
 			sumQ[g] += fair.queue[g]
 			sumFitQ[g] += fit.queue[g]
 		}
+	}
+	if seats == 0 {
+		return // no connection to share: everyone holds nothing, checked above
 	}
 	if sumConns != total.conns || sumFitConns > total.conns {
 		t.Fatalf("%s: conns add up to %d (fitted %d), want exactly %d", name, sumConns, sumFitConns, total.conns)
@@ -99,19 +113,19 @@ func checkNear(t *testing.T, name string, rank int, what string, v, total, n int
 }
 
 // TestFleetShareExtrasFollowTheExtraConnections checks that the member with an extra connection
-// also gets the extra permits, so that fit does not waste them: 5 connections and B=4 between
-// two members are 3+2 connections and 2+1 permits in use, not 2+2 with one clamped away.
+// also gets the extra permits, so that fit does not waste them: 3 connections and B=3 between
+// two members are 2+1 connections and 2+1 permits in use, not 1+2 with one clamped away.
 func TestFleetShareExtrasFollowTheExtraConnections(t *testing.T) {
-	total := share{conns: 5, concurrent: []int{3}, queue: []int{3}}
+	total := share{conns: 3, concurrent: []int{3}, queue: []int{3}}
 	a, b := targetShare(total, 2, 0), targetShare(total, 2, 1)
-	if a.conns != 3 || b.conns != 2 || a.concurrent[0] != 2 || b.concurrent[0] != 1 {
-		t.Fatalf("shares %v and %v, want conns 3 and 2 with B 2 and 1", a, b)
+	if a.conns != 2 || b.conns != 1 || a.concurrent[0] != 2 || b.concurrent[0] != 1 {
+		t.Fatalf("shares %v and %v, want conns 2 and 1 with B 2 and 1", a, b)
 	}
 }
 
 // TestFleetShareWithMoreMembersThanConnections shows what members beyond the budget get: the
-// first gate_max_conns members hold a seat of one connection, their lease, and no permit; the
-// others hold nothing and refuse every operation.
+// first gate_max_conns members hold a seat of one working connection and one permit (their lease
+// connection is outside the share); the others hold nothing and refuse every operation.
 func TestFleetShareWithMoreMembersThanConnections(t *testing.T) {
 	total := share{conns: 3, concurrent: []int{3}, queue: []int{6}}
 	var got []int
@@ -119,9 +133,38 @@ func TestFleetShareWithMoreMembersThanConnections(t *testing.T) {
 		s := targetShare(total, 5, rank)
 		got = append(got, s.conns, s.concurrent[0], s.queue[0])
 	}
-	want := []int{1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}
+	want := []int{1, 1, 2, 1, 1, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0}
 	if !slices.Equal(got, want) {
 		t.Fatalf("conns, B, Q by rank = %v, want %v", got, want)
+	}
+}
+
+// TestFleetShareSeatedMembersHaveAPermit: a member with a connection always has a permit, also
+// when there are fewer permits than connections (the seats are then as many as the permits), and
+// with seven members on twelve connections, where a lease counted inside the share left two of
+// them a connection and no permit.
+func TestFleetShareSeatedMembersHaveAPermit(t *testing.T) {
+	for _, tc := range []struct {
+		total share
+		n     int
+		want  []int // conns, B by rank
+	}{
+		{share{conns: 12, concurrent: []int{12}, queue: []int{12}}, 7, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1}},
+		{share{conns: 12, concurrent: []int{12}, queue: []int{12}}, 6, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+		{share{conns: 8, concurrent: []int{3}, queue: []int{3}}, 5, []int{3, 1, 3, 1, 2, 1, 0, 0, 0, 0}},
+		{share{conns: 6, concurrent: []int{1, 2}, queue: []int{0, 0}}, 4, []int{2, 1, 2, 1, 2, 1, 0, 0}},
+	} {
+		var got []int
+		for rank := range tc.n {
+			s := targetShare(tc.total, tc.n, rank)
+			got = append(got, s.conns, sum(s.concurrent))
+			if s.conns > 0 && sum(s.concurrent) < 1 {
+				t.Errorf("totals %v among %d: rank %d is seated with no permit: %v", tc.total, tc.n, rank, s)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("totals %v among %d: conns, B by rank = %v, want %v", tc.total, tc.n, got, tc.want)
+		}
 	}
 }
 

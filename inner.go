@@ -233,3 +233,21 @@ func answerLost(err error) bool {
 	s := sqlState(err)
 	return s == "" || strings.HasPrefix(s, "08") || strings.HasPrefix(s, "57P")
 }
+
+// A notifyWaiter is an innerConn that can wait, on an idle connection, for a notification of a
+// channel the connection listens to (PostgreSQL's LISTEN/NOTIFY): the fleet's lease connection
+// (fleet.go) uses it to refresh at once when another member joined, shrank or left. It is
+// optional: without it (MySQL, any other driver, lib/pq where the platform cannot wait on a
+// socket) the fleet refreshes at its regular interval only.
+type notifyWaiter interface {
+	// waitNotify blocks until a notification whose payload is not self has arrived, ctx has
+	// ended, or the connection has failed. It returns nil for a notification, whether it arrived
+	// now or during an earlier statement on the connection; ctx's error when ctx ended first,
+	// the connection staying usable; errNoNotifyWait at once when it cannot wait here; any other
+	// error when the connection is broken. One call at a time, and no other call on the
+	// connection meanwhile.
+	waitNotify(ctx context.Context, self string) error
+}
+
+// errNoNotifyWait is what waitNotify returns when the connection cannot be waited on.
+var errNoNotifyWait = errors.New("gated: the connection cannot wait for notifications")

@@ -173,3 +173,22 @@ func (c *pgxConn) refusedStale(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && staleRefusal(e.Code, e.Message, e.Where, e.Routine)
 }
+
+// waitNotify waits with pgx's own WaitForNotification, which also returns the notifications that
+// arrived during earlier statements. An ended context sets a deadline on the socket
+// (pgconn.DeadlineContextWatcherHandler), which pgx does not take for a broken connection.
+func (c *pgxConn) waitNotify(ctx context.Context, self string) error {
+	conn := c.dc.(*stdlib.Conn).Conn()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if n != nil && n.Payload != self {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil && !c.pg.IsClosed() {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+}

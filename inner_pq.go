@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +90,11 @@ type pqConn struct {
 	sock *sockConn
 
 	unnamed bool // gate_pooler=transaction (with binary_parameters=yes): no named statements
+
+	// The notifications lib/pq read during statements, for waitNotify; set up by its first call.
+	notifyOnce sync.Once
+	notifyMu   sync.Mutex
+	notified   []string // guarded by notifyMu: their payloads, at most maxPQNotified
 }
 
 func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
@@ -219,4 +226,61 @@ func (c *pqConn) execSet(ctx context.Context, set string) error { return execSim
 func (c *pqConn) refusedStale(err error) bool {
 	var e *pq.Error
 	return errors.As(err, &e) && staleRefusal(string(e.Code), e.Message, e.Where, e.Routine)
+}
+
+// maxPQNotified bounds the payloads a lib/pq connection keeps between two waitNotify calls; one
+// not kept was not self's, since self's comes once per statement that notifies.
+const maxPQNotified = 16
+
+// waitNotify: lib/pq reads a notification only while it reads a statement's results (and hands
+// it to the connection's notification handler), and has nothing to wait on an idle connection.
+// So the first call sets the handler, which records the payloads; then, as long as none but self's
+// is recorded, it waits until the socket has something to read (waitReadable, which takes
+// nothing from it) and lets lib/pq read it with an empty statement. The handler replaces any the
+// connection had: waitNotify is called only on the fleet's lease connection, which the
+// application never sees.
+func (c *pqConn) waitNotify(ctx context.Context, self string) error {
+	if c.sock == nil {
+		return errNoNotifyWait
+	}
+	c.notifyOnce.Do(func() {
+		pq.SetNotificationHandler(c.dc, func(n *pq.Notification) {
+			c.notifyMu.Lock()
+			if len(c.notified) < maxPQNotified {
+				c.notified = append(c.notified, n.Extra)
+			} else {
+				c.notified[maxPQNotified-1] = "" // one was lost: report it as another's
+			}
+			c.notifyMu.Unlock()
+		})
+	})
+	for {
+		if c.takeNotified(self) {
+			return nil
+		}
+		if err := waitReadable(ctx, c.sock.Conn); err != nil {
+			return err
+		}
+		w := c.sock.watch(ctx, 0)
+		err := execSimple(ctx, c.dc, "")
+		if w.end() && err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			if ctx.Err() != nil && c.alive() {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+}
+
+// takeNotified reports whether a notification whose payload is not self was recorded, and
+// forgets them all.
+func (c *pqConn) takeNotified(self string) bool {
+	c.notifyMu.Lock()
+	defer c.notifyMu.Unlock()
+	other := slices.ContainsFunc(c.notified, func(p string) bool { return p != self })
+	c.notified = c.notified[:0]
+	return other
 }

@@ -36,10 +36,11 @@ type Stats struct {
 
 // FleetStats describes an instance's place in its fleet (gate_fleet=on): all zero without one.
 // The instance's share of the gate's B and Q is Stats.Concurrent and Stats.Queue, and of the
-// physical connections Conns, of which Pool.MaxConns (Conns-1) serve operations.
+// working connections Conns, which Pool.MaxConns equals; its lease connection is one more, outside
+// the fleet's total.
 type FleetStats struct {
 	Members         int   // live instances of the fleet as the last successful refresh saw them, this one included
-	Conns           int   // this instance's share of gate_max_conns, its lease connection included; 0 while it joins or is fenced
+	Conns           int   // this instance's share of gate_max_conns, its working connections (its lease connection is one more); 0 while it joins or is fenced
 	TotalConns      int   // the fleet's gate_max_conns
 	TotalConcurrent int   // the fleet's B of this gate
 	TotalQueue      int   // the fleet's Q of this gate

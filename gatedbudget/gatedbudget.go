@@ -18,6 +18,14 @@
 // pair, plus reserve_pool_size). Check those numbers instead: pass the pooler's server
 // connections as other, or as instances × P.
 //
+// A pool with gate_fleet=on (see docs/fleet.md) is different: its gate_max_conns is the total of
+// working connections of all the fleet's instances, held by the fleet as a whole, and each
+// instance keeps one lease connection more, outside that total:
+//
+//	(instances + surge) × P + fleet totals + (instances + surge) + other ≤ max_connections − superuser_reserved_connections − reserved_connections
+//
+// with P the pools without gate_fleet=on ([Plan.FleetConns], [Plan.FleetLeases]).
+//
 // The check reads a PostgreSQL server. For MySQL and MariaDB (gate_driver=mysql) the same formula
 // holds against max_connections with P+1 per gated *sql.DB: gated opens one session of its own
 // beyond P to stop canceled statements (KILL QUERY).
@@ -66,20 +74,28 @@ type Plan struct {
 	Other       int // connections of everything else, ≥ 0
 	PerInstance int // P: physical connections per instance (Σ gate_max_conns of the pools without gate_fleet=on), ≥ 0, ≥ 1 without FleetConns
 	// FleetConns is Σ gate_max_conns of the pools with gate_fleet=on, ≥ 0: each is the total of
-	// all the fleet's instances, held by the fleet as a whole, so it counts once, not per
-	// instance; each instance that is still joining may hold one connection more for its lease
-	// until it has a share (FleetJoining).
+	// working connections of all the fleet's instances, held by the fleet as a whole, so it
+	// counts once, not per instance; each instance holds one lease connection more, outside the
+	// total (FleetLeases).
 	FleetConns int
 }
 
-// FleetJoining is how many connections above their totals a plan's fleets may hold at once: one
-// per instance that is joining, at most every instance of the plan.
-func (p Plan) FleetJoining() int {
+// FleetLeases is how many connections a plan's fleets hold beside their totals: each instance's
+// lease connection, one per instance, surge included, for each gated pool with gate_fleet=on that
+// an instance opens (counted once here: one such pool per instance, as is usual; count the others
+// in Other).
+func (p Plan) FleetLeases() int {
 	if p.FleetConns == 0 {
 		return 0
 	}
 	return p.Instances + p.Surge
 }
+
+// FleetJoining is FleetLeases, under the name of the time when only a joining instance's lease
+// connection counted above the total.
+//
+// Deprecated: use FleetLeases; every instance's lease connection is outside the total.
+func (p Plan) FleetJoining() int { return p.FleetLeases() }
 
 // Report is the budget worked out for one server and one plan.
 type Report struct {
@@ -87,7 +103,7 @@ type Report struct {
 	Plan     Plan
 
 	Available      int  // Settings.Available()
-	Needed         int  // (Instances + Surge) × PerInstance + FleetConns + FleetJoining + Other
+	Needed         int  // (Instances + Surge) × PerInstance + FleetConns + FleetLeases + Other
 	Headroom       int  // Available − Needed; negative when it does not fit
 	MaxPerInstance int  // the largest P that fits with this plan; 0 when none does
 	Fits           bool // Needed ≤ Available
@@ -109,7 +125,7 @@ func Evaluate(s Settings, p Plan) (Report, error) {
 		return Report{}, fmt.Errorf("gated: budget: connections per instance must be at least 1, not %d", p.PerInstance)
 	}
 	r := Report{Settings: s, Plan: p, Available: s.Available()}
-	fleet := p.FleetConns + p.FleetJoining()
+	fleet := p.FleetConns + p.FleetLeases()
 	r.Needed = (p.Instances+p.Surge)*p.PerInstance + fleet + p.Other
 	r.Headroom = r.Available - r.Needed
 	r.Fits = r.Headroom >= 0
@@ -125,8 +141,8 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "available: max_connections %d − superuser_reserved_connections %d − reserved_connections %d = %d\n",
 		s.MaxConnections, s.SuperuserReserved, s.Reserved, r.Available)
 	if p.FleetConns > 0 {
-		fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + fleet totals %d + joining %d + other %d = %d\n",
-			p.Instances, p.Surge, p.PerInstance, p.FleetConns, p.FleetJoining(), p.Other, r.Needed)
+		fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + fleet totals %d + leases %d + other %d = %d\n",
+			p.Instances, p.Surge, p.PerInstance, p.FleetConns, p.FleetLeases(), p.Other, r.Needed)
 	} else {
 		fmt.Fprintf(&b, "needed:    (instances %d + surge %d) × P %d + other %d = %d\n",
 			p.Instances, p.Surge, p.PerInstance, p.Other, r.Needed)

@@ -91,8 +91,8 @@ func TestPerInstanceCountsASharedPoolOnce(t *testing.T) {
 }
 
 // A pool with gate_fleet=on is the fleet's total, held by all its instances together: it counts
-// once, not per instance, with one connection more for each instance that may be joining.
-func TestAFleetsPoolCountsOnceWithItsJoiningInstances(t *testing.T) {
+// once, not per instance, with one lease connection more for each instance, surge included.
+func TestAFleetsPoolCountsOnceWithALeasePerInstance(t *testing.T) {
 	dsns := []string{
 		"postgres://app@db/shop?gate_max_conns=20&gate_fleet=on&gate_name=shop",
 		"postgres://app@db/shop?gate_max_conns=5",
@@ -109,11 +109,11 @@ func TestAFleetsPoolCountsOnceWithItsJoiningInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// (6 + 2) × 5 + 20 + (6 + 2) joining + 4 = 72 of 97.
+	// (6 + 2) × 5 + 20 + (6 + 2) leases + 4 = 72 of 97.
 	if r.Needed != 72 || !r.Fits || r.MaxPerInstance != (97-4-20-8)/8 {
 		t.Errorf("Needed = %d, Fits = %v, MaxPerInstance = %d; want 72, true, %d\n%s", r.Needed, r.Fits, r.MaxPerInstance, (97-4-20-8)/8, r)
 	}
-	if !strings.Contains(r.String(), "fleet totals 20 + joining 8") {
+	if !strings.Contains(r.String(), "fleet totals 20 + leases 8") {
 		t.Errorf("the report does not show the fleet's term:\n%s", r)
 	}
 	// Only fleet pools: P per instance 0 is a valid plan.

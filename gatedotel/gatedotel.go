@@ -347,7 +347,7 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	connectErrors := ctr("gated.connect.errors", "{attempt}", "Attempts to open a connection that failed before the caller's context ended: the server's or network's failures.")
 	connectCanceled := ctr("gated.connect.canceled", "{attempt}", "Attempts to get a connection ready (dial or reuse check) cut short by the caller's context or deadline.")
 	fleetMembers := udc("gated.fleet.members", instanceUnit, "Live instances of the fleet (gate_fleet=on) as the last successful refresh saw them, this one included.")
-	fleetConns := udc("gated.fleet.connections.share", connectionUnit, "This instance's share of the fleet's connections, its lease connection included; 0 while it joins or is fenced.")
+	fleetConns := udc("gated.fleet.connections.share", connectionUnit, "This instance's share of the fleet's working connections (its lease connection is one more, outside it); 0 while it joins or is fenced.")
 	fleetTotalConns := udc("gated.fleet.connections.total_limit", connectionUnit, "The fleet's gate_max_conns: the connections of all its instances together.")
 	fleetConcurrent := udc("gated.fleet.concurrent.total_limit", operationUnit, "The fleet's B of the workload: execution permits of all its instances together.")
 	fleetQueue := udc("gated.fleet.queue.total_limit", operationUnit, "The fleet's Q of the workload: admission permits beyond B of all its instances together.")

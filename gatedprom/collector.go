@@ -91,7 +91,7 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 
 		fleet:             c.Config().Fleet,
 		fleetMembers:      d("gated_fleet_members", "Live instances of the fleet (gate_fleet=on) as the last successful refresh saw them, this one included."),
-		fleetConns:        d("gated_fleet_connections_share", "This instance's share of the fleet's physical connections, its lease connection included; 0 while it joins or is fenced."),
+		fleetConns:        d("gated_fleet_connections_share", "This instance's share of the fleet's working connections (its lease connection is one more, outside it); 0 while it joins or is fenced."),
 		fleetTotalConns:   d("gated_fleet_connections_total_limit", "The fleet's gate_max_conns: the physical connections of all its instances together."),
 		fleetConcurrent:   d("gated_fleet_concurrent_total_limit", "The fleet's B of the workload: execution permits of all its instances together.", "workload"),
 		fleetQueue:        d("gated_fleet_queue_total_limit", "The fleet's Q of the workload: admission permits beyond B of all its instances together.", "workload"),

@@ -33,7 +33,7 @@
 //
 // In a fleet (gate_fleet=on), and only there, the instance's place in it ([gated.FleetStats]):
 // gauges gated_fleet_members, gated_fleet_connections_share (this instance's share of
-// gate_max_conns, its lease connection included), gated_fleet_connections_total_limit, per
+// gate_max_conns, its working connections; its lease connection is one more), gated_fleet_connections_total_limit, per
 // workload gated_fleet_concurrent_total_limit and gated_fleet_queue_total_limit (the fleet's B
 // and Q; the instance's share is gated_concurrent_limit and gated_queue_limit), and
 // gated_fleet_seated (1 while the instance holds a share, else 0); counters

@@ -2,6 +2,13 @@
 //
 //	(instances + surge) × P + other ≤ max_connections − superuser_reserved_connections − reserved_connections
 //
+// With gate_fleet=on a DSN's gate_max_conns is its fleet's total of working connections, counted
+// once, and each instance holds one lease connection more, outside it:
+//
+//	(instances + surge) × P + fleet totals + (instances + surge) + other ≤ …
+//
+// with P the pools without gate_fleet=on.
+//
 // It reads the three settings from the server, takes P from the application's gated DSNs (the sum
 // of their pools' gate_max_conns: DSNs with the same gate_name share one pool, counted once) and
 // the rest from flags, prints the formula with the numbers, the
@@ -195,8 +202,8 @@ func openObserver(dsn string) (*sql.DB, error) {
 
 // printFleets lists, for each DSN with gate_fleet=on, its fleet's members and their declared
 // shares from the fleet table. A fleet's gate_max_conns is the total of all its instances, not
-// each one's: the formula above counts it once, plus one connection for each instance that may
-// be joining (gatedbudget.Plan.FleetConns).
+// each one's: the formula above counts it once, plus one lease connection for each instance
+// (gatedbudget.Plan.FleetConns, gatedbudget.Plan.FleetLeases).
 func printFleets(ctx context.Context, w io.Writer, db *sql.DB, dsns []string) error {
 	seen := map[string]bool{}
 	for _, dsn := range dsns {

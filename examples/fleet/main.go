@@ -1,8 +1,8 @@
 // Command fleet is a small service to run several times against one database. Its budgets are
 // the whole fleet's (gate_fleet=on): every running instance with the same gate_name takes its
 // share of gate_max_conns, gate_concurrent and gate_queue, and the shares move as instances
-// start, stop or die, so that the fleet as a whole never opens more than gate_max_conns
-// connections, however many instances run.
+// start, stop or die, so that the fleet as a whole never opens more than gate_max_conns working
+// connections, and one lease connection per instance, however many instances run.
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable go run ./examples/fleet -addr 127.0.0.1:8081 &
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable go run ./examples/fleet -addr 127.0.0.1:8082 &
@@ -39,7 +39,7 @@ import (
 )
 
 // The fleet's totals: 20 connections, 16 operations running and 16 waiting, for all instances
-// together. Each instance keeps one connection of its share for its lease.
+// together. Each instance keeps one more connection for its lease, outside the total.
 const fleetParams = "gate_fleet=on&gate_name=fleet-example&gate_max_conns=20&gate_concurrent=16" +
 	"&gate_queue=16&gate_queue_wait=20ms&gate_fleet_ttl=15s&gate_fleet_refresh=5s"
 
@@ -128,7 +128,9 @@ func run(ctx context.Context, base, addr string, load int, query string) error {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if err := call(ctx); gated.IsRejected(err) {
-					time.Sleep(time.Millisecond) // a refused caller backs off a little, as a client would
+					// A refused caller backs off a little, as a client would: one that came back
+					// at once would spend the machine's CPU on refusals, not the database's work.
+					time.Sleep(10 * time.Millisecond)
 				}
 			}
 		})
@@ -143,11 +145,11 @@ func run(ctx context.Context, base, addr string, load int, query string) error {
 // status is what GET /stats answers.
 type status struct {
 	Members    int   `json:"members"`    // live instances of the fleet
-	Conns      int   `json:"conns"`      // this instance's share of gate_max_conns, its lease connection included
+	Conns      int   `json:"conns"`      // this instance's share of gate_max_conns, its working connections (its lease connection is one more)
 	Seated     bool  `json:"seated"`     // it holds a share
 	Concurrent int   `json:"concurrent"` // its share of gate_concurrent
 	Queue      int   `json:"queue"`      // its share of gate_queue
-	PoolMax    int   `json:"pool_max"`   // physical connections its pool may open: conns - 1
+	PoolMax    int   `json:"pool_max"`   // physical connections its pool may open: conns
 	Open       int   `json:"open"`       // physical connections open now
 	Served     int64 `json:"served"`     // calls that succeeded
 	Refused    int64 `json:"refused"`    // calls the gate refused

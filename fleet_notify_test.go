@@ -1,0 +1,116 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestLeaseConnectionWaitsForANotification, with pgx and lib/pq: a lease connection that listens
+// to the fleet's channel returns from waitNotify when another connection notifies on it, ignores
+// a notification with its own payload, returns the context's error when the context ends first,
+// and stays usable after each.
+func TestLeaseConnectionWaitsForANotification(t *testing.T) {
+	for _, drv := range innerDrivers {
+		t.Run(drv, func(t *testing.T) {
+			ft := newFleetTest(t, totals12, 3*time.Second, 100*time.Millisecond)
+			dial, _ := ft.dialerWith(drv, "")
+			ctx := context.Background()
+			listener, err := dial(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(listener.close)
+			sender, err := dial(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(sender.close)
+			w := notifyWaiterOf(listener)
+			if w == nil {
+				t.Fatalf("a %s lease connection cannot wait for notifications", drv)
+			}
+			channel := notifyChannel(ft.table, ft.name)
+			if err := listenFleet(ctx, listener, channel); err != nil {
+				t.Fatal(err)
+			}
+			usable := func(what string) {
+				t.Helper()
+				rows, err := listener.query(ctx, "SELECT 1")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("%s: the lease connection is not usable: %v", what, err)
+				}
+			}
+
+			// An ended context: its error, and the connection usable.
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			err = w.waitNotify(short, "7")
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waitNotify with an ended context: %v, want context.DeadlineExceeded", err)
+			}
+			usable("after a wait that ended with its context")
+
+			// Its own payload, then another's: only the other's ends the wait.
+			waited := make(chan error, 1)
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			go func() { waited <- w.waitNotify(wctx, "7") }()
+			if err := notifyFleet(ctx, sender, channel, 7); err != nil {
+				t.Fatal(err)
+			}
+			if err := notifyFleet(ctx, sender, channel, 8); err != nil {
+				t.Fatal(err)
+			}
+			var got error
+			waitFor(t, "the wait to end on the other member's notification", func() bool {
+				select {
+				case got = <-waited:
+					return true
+				default:
+					return false
+				}
+			})
+			if got != nil {
+				t.Fatalf("waitNotify: %v, want nil for a notification", got)
+			}
+			usable("after a notification")
+
+			// Only its own payload: the wait goes on until its context ends.
+			if err := notifyFleet(ctx, sender, channel, 7); err != nil {
+				t.Fatal(err)
+			}
+			short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			err = w.waitNotify(short, "7")
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waitNotify after its own notification only: %v, want context.DeadlineExceeded", err)
+			}
+			usable("after its own notification")
+		})
+	}
+}
+
+// TestFleetNewcomerIsSeatedOnNotification, with pgx and lib/pq: with a refresh interval of an
+// hour, a newcomer is seated and a leaver's share taken over only because the members notify
+// each other: the newcomer after it joins, the member that shrank after it declares less, the
+// one that leaves after it has left.
+func TestFleetNewcomerIsSeatedOnNotification(t *testing.T) {
+	for _, drv := range innerDrivers {
+		t.Run(drv, func(t *testing.T) {
+			ft := newFleetTest(t, totals12, 3*time.Hour, time.Hour)
+			defer ft.watchDeclared()()
+			dial, _ := ft.dialerWith(drv, "")
+			_, ta := ft.member(dial, nil)
+			waitShares(t, "alone", []*fakeTarget{ta}, 12)
+			b, tb := ft.member(dial, nil)
+			waitShares(t, "a newcomer beside the first", []*fakeTarget{ta, tb}, 6, 6)
+			_, tc := ft.member(dial, nil)
+			waitShares(t, "a third", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+			b.close()
+			tb.gone()
+			waitShares(t, "after the second left", []*fakeTarget{ta, tc}, 6, 6)
+		})
+	}
+}

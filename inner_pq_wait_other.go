@@ -1,0 +1,11 @@
+//go:build !unix
+
+package gated
+
+import (
+	"context"
+	"net"
+)
+
+// waitReadable cannot wait on a socket here: the fleet refreshes at its regular interval.
+func waitReadable(context.Context, net.Conn) error { return errNoNotifyWait }
