@@ -120,7 +120,8 @@ func secretsOf(dsn string) []string {
 		// and '#' unescaped: every '@' may be the end.
 		if last := strings.LastIndexByte(after, '@'); last >= 0 {
 			raw = append(raw, after[:last])
-			// A spelling is at most 3 bytes shorter per byte than the candidate ("%41").
+			// A decoding is at least a third as long as what it decodes ("%41" is "A"), so
+			// only a candidate shorter than 3 pieces may have a spelling shorter than one.
 			for at := strings.IndexByte(after, '@'); at >= 0 && at < last && at < 3*minPiece; {
 				raw = append(raw, after[:at])
 				next := strings.IndexByte(after[at+1:], '@')
@@ -173,8 +174,9 @@ func secretsOf(dsn string) []string {
 }
 
 // unescapePercent decodes s as url.PathUnescape does, or url.QueryUnescape with plus, except
-// that a '%' without two hex digits after it stays as it is instead of failing the whole
-// string: a driver that decodes a part of a DSN may print what it decoded of the rest.
+// that a '%' without two hex digits after it stays as written instead of failing the whole
+// string: the decoding of a part of s that ends before an '@' is then a prefix of the decoding
+// of s (see secretsOf), and a driver may well print what it decoded before a bad escape.
 func unescapePercent(s string, plus bool) string {
 	if strings.IndexByte(s, '%') < 0 && (!plus || strings.IndexByte(s, '+') < 0) {
 		return s
