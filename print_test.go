@@ -95,15 +95,7 @@ func parseForPrint(t *testing.T, dsn string) *gated.Config {
 // connectorForPrint returns a Connector of dsn; it does no I/O.
 func connectorForPrint(t *testing.T, dsn string) *gated.Connector {
 	t.Helper()
-	cfg := parseForPrint(t, dsn)
-	if cfg.DSN != "" && !strings.Contains(cfg.DSN, "://") && !strings.Contains(cfg.DSN, "=") {
-		cfg.Driver = "mysql"
-	}
-	if cfg.Driver == "mysql" {
-		// The root package does not import the mysql driver: print the Config of a pgx one.
-		cfg.Driver, cfg.DSN = "pgx", printDSNs[0]
-	}
-	c, err := gated.NewConnector(cfg)
+	c, err := gated.NewConnector(parseForPrint(t, dsn))
 	if err != nil {
 		t.Fatalf("NewConnector(%q): %v", dsn, err)
 	}
