@@ -16,7 +16,7 @@ import (
 //
 // A Connector is safe for concurrent use. Close it by closing the *sql.DB that uses it.
 type Connector struct {
-	cfg    Config
+	cfg    *Config // a pointer, so that fmt never prints its DSN field by field (configprint.go)
 	drv    Driver
 	set    *gateSet         // the gates and the pool, shared with other Connectors of the same gate_name
 	pool   *pool            // set.pool
@@ -43,20 +43,20 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if cfg == nil {
 		return nil, errNilConfig
 	}
-	c := &Connector{cfg: *cfg.Clone()}
+	c := &Connector{cfg: cfg.Clone()}
 	if err := c.cfg.normalize(); err != nil {
 		return nil, err
 	}
 	if c.cfg.Fleet && c.cfg.Name == "" {
 		return nil, errFleetName
 	}
-	set, err := openGateSet(&c.cfg)
+	set, err := openGateSet(c.cfg)
 	if err != nil {
 		return nil, err
 	}
 	c.drv.c = c
 	c.set, c.pool, c.gate, c.gates, c.stmts, c.obs = set, set.pool, set.def, set.named, &set.stmts, &set.obs
-	c.lim = newLimits(&c.cfg)
+	c.lim = newLimits(c.cfg)
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package gated
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -40,16 +41,15 @@ func redact(msg, dsn string) string {
 	if len(secrets) == 0 {
 		return msg
 	}
-	pieces := make(map[string]struct{})
+	// A piece is 4 bytes, so it is kept as a uint32: no string per piece.
+	pieces := make(map[uint32]struct{})
 	for _, s := range secrets {
 		if len(s) < minPiece {
-			if s != "" {
-				msg = strings.ReplaceAll(msg, s, redacted)
-			}
+			msg = strings.ReplaceAll(msg, s, redacted)
 			continue
 		}
 		for i := 0; i+minPiece <= len(s); i++ {
-			pieces[s[i:i+minPiece]] = struct{}{}
+			pieces[pieceAt(s, i)] = struct{}{}
 		}
 	}
 	if len(pieces) == 0 || len(msg) < minPiece {
@@ -58,7 +58,7 @@ func redact(msg, dsn string) string {
 	hit := make([]bool, len(msg))
 	found := false
 	for i := 0; i+minPiece <= len(msg); i++ {
-		if _, ok := pieces[msg[i:i+minPiece]]; ok {
+		if _, ok := pieces[pieceAt(msg, i)]; ok {
 			for j := i; j < i+minPiece; j++ {
 				hit[j] = true
 			}
@@ -92,10 +92,21 @@ func redact(msg, dsn string) string {
 	return b.String()
 }
 
+// pieceAt returns the minPiece bytes of s at i as one number.
+func pieceAt(s string, i int) uint32 {
+	return uint32(s[i])<<24 | uint32(s[i+1])<<16 | uint32(s[i+2])<<8 | uint32(s[i+3])
+}
+
 // secretsOf returns the passwords in dsn in every spelling that a message may hold: as written,
 // decoded (libpq's and pgx's keyword/value unescaping, percent-decoding) and encoded again
-// (keyword/value quoting, percent-encoding, Go's %q). It over-approximates rather than misses: a
-// malformed URL gives one candidate per '@' that may end its userinfo.
+// (keyword/value quoting, percent-encoding, Go's %q). It over-approximates rather than misses.
+//
+// A malformed URL's password may end at any '@' after "user:", and a driver may print any of
+// these candidates. Every decoding and encoding here works byte by byte or rune by rune (a
+// '%' without two hex digits after it stays as it is), so each spelling of a candidate that
+// ends before an '@' is a prefix of the same spelling of the longest candidate, which thus
+// holds every piece of them: only the longest, and the few candidates short enough to have a
+// spelling shorter than a piece, are returned. The result is linear in the length of dsn.
 func secretsOf(dsn string) []string {
 	var raw []string
 	if dsnFormOf(dsn) == formKV {
@@ -107,13 +118,18 @@ func secretsOf(dsn string) []string {
 	} else if user, after, ok := strings.Cut(afterScheme(dsn), ":"); ok && !strings.ContainsAny(user, "/?#@= \t") {
 		// user:password@host of a URL or a mysql DSN, where the password may hold '@', '/', '?'
 		// and '#' unescaped: every '@' may be the end.
-		for at := strings.IndexByte(after, '@'); at >= 0; {
-			raw = append(raw, after[:at])
-			next := strings.IndexByte(after[at+1:], '@')
-			if next < 0 {
-				break
+		if last := strings.LastIndexByte(after, '@'); last >= 0 {
+			raw = append(raw, after[:last])
+			// A decoding is at least a third as long as what it decodes ("%41" is "A"), so
+			// only a candidate shorter than 3 pieces may have a spelling shorter than one.
+			for at := strings.IndexByte(after, '@'); at >= 0 && at < last && at < 3*minPiece; {
+				raw = append(raw, after[:at])
+				next := strings.IndexByte(after[at+1:], '@')
+				if next < 0 {
+					break
+				}
+				at += 1 + next
 			}
-			at += 1 + next
 		}
 	}
 	if q := strings.IndexByte(dsn, '?'); q >= 0 {
@@ -140,14 +156,11 @@ func secretsOf(dsn string) []string {
 		}
 	}
 	for _, r := range raw {
-		decoded := []string{r, unescapeKV(r), unescapeQuotes(r)}
-		if u, err := url.PathUnescape(r); err == nil {
-			decoded = append(decoded, u)
-		}
-		if u, err := url.QueryUnescape(r); err == nil {
-			decoded = append(decoded, u)
-		}
-		for _, d := range decoded {
+		decoded := [...]string{r, unescapeKV(r), unescapeQuotes(r), unescapePercent(r, false), unescapePercent(r, true)}
+		for i, d := range decoded {
+			if slices.Contains(decoded[:i], d) {
+				continue // most decodings leave r as it is
+			}
 			add(d)
 			add(escapeKV(d))
 			add(url.QueryEscape(d))
@@ -158,6 +171,43 @@ func secretsOf(dsn string) []string {
 		}
 	}
 	return out
+}
+
+// unescapePercent decodes s as url.PathUnescape does, or url.QueryUnescape with plus, except
+// that a '%' without two hex digits after it stays as written instead of failing the whole
+// string: the decoding of a part of s that ends before an '@' is then a prefix of the decoding
+// of s (see secretsOf), and a driver may well print what it decoded before a bad escape.
+func unescapePercent(s string, plus bool) string {
+	if strings.IndexByte(s, '%') < 0 && (!plus || strings.IndexByte(s, '+') < 0) {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+		case c == '+' && plus:
+			b = append(b, ' ')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // afterScheme returns dsn without its "scheme://", if any.
@@ -175,9 +225,9 @@ func isPasswordKey(key string) bool {
 
 // escapeKV escapes quotes and backslashes as a quoted keyword/value value holds them (lib/pq
 // writes a URL's password so when it turns the URL into keyword/value form).
-func escapeKV(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
-}
+func escapeKV(s string) string { return kvEscaper.Replace(s) }
+
+var kvEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
 
 // redactDSN returns dsn with the value of every password key, and a URL's or mysql DSN's
 // userinfo password, replaced by "xxxxx"; then anything else that spells a piece of a password
@@ -286,6 +336,6 @@ func redactErr(err error, dsn string) error {
 
 // unescapeQuotes decodes only \\ and \', as pgx before 5.12 read a keyword/value value: a
 // message of a driver that reads so may hold that spelling.
-func unescapeQuotes(s string) string {
-	return strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(s)
-}
+func unescapeQuotes(s string) string { return quoteUnescaper.Replace(s) }
+
+var quoteUnescaper = strings.NewReplacer(`\\`, `\`, `\'`, `'`)

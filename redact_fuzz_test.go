@@ -163,6 +163,33 @@ func checkPasswordNeverShown(t *testing.T, pw string, form, bad uint8) {
 	for _, text := range configTexts(cfg) {
 		checkNoPiece(t, "printed Config", good, text, pieces)
 	}
+	c, err := NewConnector(cfg)
+	if err != nil {
+		return // printed as an error above, when the DSN was opened
+	}
+	defer c.Close()
+	for _, text := range connectorTexts(c) {
+		checkNoPiece(t, "printed Connector", good, text, pieces)
+	}
+}
+
+// connectorTexts prints c as fmt and slog do, with every verb, alone and in a struct of the
+// caller's.
+func connectorTexts(c *Connector) []string {
+	held := struct{ c *Connector }{c}
+	var out []string
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%d"} {
+		out = append(out, fmt.Sprintf(verb, c), fmt.Sprintf(verb, held))
+	}
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, noTime) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, noTime) },
+	} {
+		var b bytes.Buffer
+		slog.New(h(&b)).Info("db", "connector", c, "held", held)
+		out = append(out, b.String())
+	}
+	return out
 }
 
 // errorTexts returns the errors of ParseDSN(dsn), and of sql.Open and Ping.
@@ -184,22 +211,23 @@ func errorTexts(dsn string) []string {
 	return out
 }
 
+// noTime leaves the time out of log records: its digits may spell a piece of a password.
+var noTime = &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
+}}
+
 // configTexts prints cfg as fmt and slog do: the pointer and the value, with every verb a
 // caller uses for a struct, and as an attribute of JSON and text log records.
 func configTexts(cfg *Config) []string {
 	out := []string{
 		fmt.Sprint(cfg), fmt.Sprint(*cfg),
-		fmt.Sprintf("%v %+v %#v %s %q", cfg, cfg, cfg, cfg, cfg),
-		fmt.Sprintf("%v %+v %#v %s %q", *cfg, *cfg, *cfg, *cfg, *cfg),
+		fmt.Sprintf("%v %+v %#v %s %q %d", cfg, cfg, cfg, cfg, cfg, cfg),
+		fmt.Sprintf("%v %+v %#v %s %q %d", *cfg, *cfg, *cfg, *cfg, *cfg, *cfg),
 		fmt.Sprintf("%v", struct{ C Config }{*cfg}),
 	}
-	// Without the time, whose digits may spell a piece of a password.
-	noTime := &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if a.Key == slog.TimeKey && len(groups) == 0 {
-			return slog.Attr{}
-		}
-		return a
-	}}
 	for _, h := range []func(*bytes.Buffer) slog.Handler{
 		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, noTime) },
 		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, noTime) },
