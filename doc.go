@@ -28,8 +28,10 @@
 //	}
 //
 // [Open] does the same and also sets database/sql's pool so it cannot undo the gate; with
-// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more;
-// [CheckDB] reports a *sql.DB whose settings undo the gate.
+// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more.
+// SetConnMaxLifetime and SetConnMaxIdleTime close only database/sql's virtual connections, never
+// a physical one: use gate_max_conn_lifetime and gate_max_conn_idle_time. [CheckDB] reports a
+// *sql.DB whose settings undo the gate, and these two once they have closed a connection.
 //
 // # How it works
 //
