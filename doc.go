@@ -14,7 +14,8 @@
 //
 // # Usage
 //
-// Existing code keeps its *sql.DB and changes one line:
+// Existing code keeps its *sql.DB and changes two lines: it imports gated, and opens the driver
+// "gated" instead of its own, with the gate_ keys in the DSN:
 //
 //	import "github.com/gatedsql/gated" // registers the driver "gated"
 //
