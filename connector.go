@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"iter"
 	"sync"
 	"sync/atomic"
 )
@@ -220,7 +219,7 @@ func (c *Connector) Stats() Stats {
 // before the first gate's. Each gate's snapshot is taken when it is yielded, so that a loop that
 // stops early reads no more. Safe for concurrent use; exporters (gatedprom, gatedotel) and the
 // Rejecter read every workload through it.
-func (c *Connector) AllStats() iter.Seq2[string, Stats] {
+func (c *Connector) AllStats() StatsSeq {
 	return func(yield func(string, Stats) bool) {
 		var pool PoolStats
 		c.pool.stats(&pool)

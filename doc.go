@@ -14,7 +14,8 @@
 //
 // # Usage
 //
-// Existing code keeps its *sql.DB and changes one line:
+// Existing code keeps its *sql.DB and changes two lines: it imports gated, and opens the driver
+// "gated" instead of its own, with the gate_ keys in the DSN:
 //
 //	import "github.com/gatedsql/gated" // registers the driver "gated"
 //
@@ -28,8 +29,10 @@
 //	}
 //
 // [Open] does the same and also sets database/sql's pool so it cannot undo the gate; with
-// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more;
-// [CheckDB] reports a *sql.DB whose settings undo the gate.
+// sql.Open, leave SetMaxOpenConns at 0 (or at least B+Q) and SetMaxIdleConns at B+Q or more.
+// SetConnMaxLifetime and SetConnMaxIdleTime close only database/sql's virtual connections, never
+// a physical one: use gate_max_conn_lifetime and gate_max_conn_idle_time. [CheckDB] reports a
+// *sql.DB whose settings undo the gate, and these two once they have closed a connection.
 //
 // # How it works
 //

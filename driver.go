@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DriverName is the name gated registers with database/sql.
@@ -86,6 +87,12 @@ func FromDB(db *sql.DB) (*Connector, bool) {
 // 0 < n < B+Q (summed over all workloads), callers wait in database/sql, unbounded and before the gate, once n operations
 // are inside it. It also reports a db that has already made callers wait (DBStats.WaitCount > 0),
 // and a db that was not opened with gated. Call it at startup or in a health check; it does no I/O.
+//
+// SetConnMaxLifetime and SetConnMaxIdleTime close database/sql's connections, which on a gated
+// DB are virtual: they never close a physical connection (gate_max_conn_lifetime and
+// gate_max_conn_idle_time do). database/sql offers no way to read either setting, so CheckDB
+// reports them once they have closed a connection (DBStats.MaxLifetimeClosed or
+// MaxIdleTimeClosed > 0): in a health check, not necessarily at startup.
 func CheckDB(db *sql.DB) error {
 	c, ok := FromDB(db)
 	if !ok {
@@ -99,5 +106,21 @@ func CheckDB(db *sql.DB) error {
 	if s.WaitCount > 0 {
 		return fmt.Errorf("gated: %d callers waited in database/sql's pool for %v: raise or remove SetMaxOpenConns", s.WaitCount, s.WaitDuration)
 	}
+	if s.MaxLifetimeClosed > 0 {
+		return fmt.Errorf("gated: SetConnMaxLifetime closed %d of database/sql's connections, which are virtual on a gated DB: it closes no physical connection; remove it and set gate_max_conn_lifetime (now %s)",
+			s.MaxLifetimeClosed, noneOr(c.cfg.MaxConnLifetime))
+	}
+	if s.MaxIdleTimeClosed > 0 {
+		return fmt.Errorf("gated: SetConnMaxIdleTime closed %d of database/sql's connections, which are virtual on a gated DB: it closes no physical connection; remove it and set gate_max_conn_idle_time (now %s)",
+			s.MaxIdleTimeClosed, noneOr(c.cfg.MaxConnIdleTime))
+	}
 	return nil
+}
+
+// noneOr returns d as text, or "none" for [None].
+func noneOr(d time.Duration) string {
+	if d == None {
+		return "none"
+	}
+	return d.String()
 }

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 func TestDriverRegisteredAsGated(t *testing.T) {
@@ -235,6 +238,42 @@ func TestCheckDBReportsAPoolThatUndoesTheGate(t *testing.T) {
 	defer plain.Close()
 	if err := CheckDB(plain); err == nil {
 		t.Fatal("CheckDB accepted a *sql.DB without gated")
+	}
+}
+
+// TestCheckDBReportsConnMaxLifetimeOnceItClosedAConnection: SetConnMaxLifetime closes only
+// database/sql's virtual connections, never a physical one. database/sql has no getter for the
+// setting, so CheckDB reports it by its effect, naming the gate's key to use instead.
+func TestCheckDBReportsConnMaxLifetimeOnceItClosedAConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name, want, key string
+		set             func(*sql.DB)
+	}{
+		{"lifetime", "SetConnMaxLifetime closed", "gate_max_conn_lifetime (now 30m0s)", func(db *sql.DB) { db.SetConnMaxLifetime(time.Nanosecond) }},
+		{"idle time", "SetConnMaxIdleTime closed", "gate_max_conn_idle_time (now none)", func(db *sql.DB) { db.SetConnMaxIdleTime(time.Nanosecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, _, fd := openFake(t, "gate_max_conns=2 gate_max_conn_lifetime=30m gate_max_conn_idle_time=0")
+			tc.set(db)
+			ctx := context.Background()
+			testwait.For(t, "database/sql to close a virtual connection by "+tc.name, func() bool {
+				if _, err := db.ExecContext(ctx, "SELECT 1"); err != nil {
+					t.Fatal(err)
+				}
+				s := db.Stats()
+				return s.MaxLifetimeClosed+s.MaxIdleTimeClosed > 0
+			})
+			if n := fd.Stats().Opened; n != 1 {
+				t.Errorf("the fake opened %d physical connections, want 1: the setting closed a physical one", n)
+			}
+			err := CheckDB(db)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CheckDB = %v, want an error saying %q", err, tc.want)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.key) {
+				t.Errorf("CheckDB = %q, want it to name the gate's key and its value: %q", msg, tc.key)
+			}
+		})
 	}
 }
 

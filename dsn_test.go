@@ -550,3 +550,41 @@ func TestParseDSNReadsGatePoolerAndFormatsItBack(t *testing.T) {
 		t.Errorf("gate_pooler=none: %+v, %v", cfg, err)
 	}
 }
+
+func TestParseDSNSuggestsTheNearestKeyForAMisspelledOne(t *testing.T) {
+	const url = "postgres://app:" + testPassword + "@db/shop?sslmode=disable&"
+	const kv = "host=db user=app password=" + testPassword + " "
+	for _, tc := range []struct {
+		name, dsn, key, suggest string // suggest "": no suggestion
+	}{
+		{"URL, one letter missing", url + "gate_concurency=4", "gate_concurency", keyConcurrent},
+		{"keyword/value, one letter missing", kv + "gate_concurency=4", "gate_concurency", keyConcurrent},
+		{"URL, an underscore missing", url + "gate_maxconns=4", "gate_maxconns", keyMaxConns},
+		{"keyword/value, a letter swapped", kv + "gate_fleet_tll=1s", "gate_fleet_tll", keyFleetTTL},
+		{"keyword/value, singular", kv + "gate_workload=batch:1", "gate_workload", keyWorkloads},
+		{"URL, nothing near", url + "gate_timeout=1s", "gate_timeout", ""},
+		{"keyword/value, nothing near", kv + "gate_x=1", "gate_x", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseDSN(tc.dsn)
+			var de *DSNError
+			if !errors.As(err, &de) || de.Key != tc.key {
+				t.Fatalf("ParseDSN(%q) error %v, want a *DSNError for %s", tc.dsn, err, tc.key)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, testPassword) || strings.Contains(msg, testPassword[:4]) {
+				t.Errorf("error %q contains (part of) the password", msg)
+			}
+			if !strings.Contains(msg, "(known: "+keyNames()+")") {
+				t.Errorf("error %q does not list the known keys", msg)
+			}
+			hint := "did you mean"
+			switch {
+			case tc.suggest != "" && !strings.Contains(msg, hint+" "+tc.suggest+"?"):
+				t.Errorf("error %q does not ask %q", msg, hint+" "+tc.suggest+"?")
+			case tc.suggest == "" && strings.Contains(msg, hint):
+				t.Errorf("error %q suggests a key where none is near", msg)
+			}
+		})
+	}
+}

@@ -206,15 +206,61 @@ func keyNames() string {
 	return strings.Join(names, ", ")
 }
 
-var errUnknownKey = errors.New("unknown key (known: " + keyNames() + ")")
-
 // set stores the value of one DSN key in c.
 func (c *Config) set(key, value string) error {
 	k := keyNamed(key)
 	if k == nil {
-		return errUnknownKey
+		return unknownKeyError(key)
 	}
 	return k.set(c, value)
+}
+
+// unknownKeyError is the error for the unknown key name: it suggests the known key nearest to
+// name when one is near enough to be a misspelling of it, and lists them all.
+func unknownKeyError(name string) error {
+	if near := nearestKey(name); near != "" {
+		return fmt.Errorf("unknown key, did you mean %s? (known: %s)", near, keyNames())
+	}
+	return errors.New("unknown key (known: " + keyNames() + ")")
+}
+
+// nearestKey returns the known key with the smallest edit distance to name (the first in
+// dsnKeys' order on a tie), or "" when even that one differs in more than a third of what follows
+// "gate_" (at most 3 edits): further away, a suggestion would be a guess.
+func nearestKey(name string) string {
+	best, bestDist := "", 0
+	for _, k := range dsnKeys {
+		if d := editDistance(name, k.name); best == "" || d < bestDist {
+			best, bestDist = k.name, d
+		}
+	}
+	suffix := len(strings.TrimPrefix(name, "gate_"))
+	if bestDist == 0 || bestDist > min(3, max(1, suffix/3)) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes: the fewest insertions,
+// deletions and substitutions that turn one into the other.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func parseCount(value string, least int) (int, error) {

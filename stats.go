@@ -1,6 +1,8 @@
 package gated
 
 import (
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -32,6 +34,50 @@ type Stats struct {
 
 	Pool  PoolStats
 	Fleet FleetStats // the instance's share of its fleet's totals (gate_fleet=on); zero without a fleet
+}
+
+// StatsSeq is what [Connector.AllStats] returns: an iterator over every gate, the workload's name
+// with its Stats, to range over:
+//
+//	for name, s := range c.AllStats() { ... }
+//
+// It is a func type so that fmt prints it through [StatsSeq.String] instead of as a func
+// pointer. Functions that take an iter.Seq2 need a conversion, as in
+// maps.Collect(iter.Seq2[string, gated.Stats](c.AllStats())).
+type StatsSeq func(yield func(string, Stats) bool)
+
+// String takes a snapshot of every gate, as ranging over s does, and returns it as text: a line
+// per gate, "default" first, with its permits, its operations now and its counters, then a line
+// for the physical pool that the gates share, for example
+//
+//	default: B=4 Q=4 running=1 waiting=0 admitted=12 rejected_full=0 rejected_timeout=0 canceled=0 wait=0s
+//	pool: P=8 open=2 idle=1 in_use=1 opened=2 closed=0 connect_errors=0
+//
+// Lent and borrowed permits, timeouts, unknown commits and the fleet's share are shown only when
+// they are not zero. The format is for people; programs read the Stats fields.
+func (s StatsSeq) String() string {
+	var b strings.Builder
+	var pool PoolStats
+	for name, st := range s {
+		fmt.Fprintf(&b, "%s: B=%d Q=%d running=%d waiting=%d", name, st.Concurrent, st.Queue, st.Running, st.Waiting)
+		if st.Lent != 0 || st.Borrowed != 0 {
+			fmt.Fprintf(&b, " lent=%d borrowed=%d", st.Lent, st.Borrowed)
+		}
+		fmt.Fprintf(&b, " admitted=%d rejected_full=%d rejected_timeout=%d canceled=%d wait=%v",
+			st.Admitted, st.RejectedFull, st.RejectedTimeout, st.Canceled, st.WaitDuration)
+		if st.StatementTimeouts != 0 || st.LockTimeouts != 0 || st.CommitUnknown != 0 {
+			fmt.Fprintf(&b, " statement_timeouts=%d lock_timeouts=%d commit_unknown=%d",
+				st.StatementTimeouts, st.LockTimeouts, st.CommitUnknown)
+		}
+		if f := st.Fleet; f.Members != 0 {
+			fmt.Fprintf(&b, " fleet: members=%d conns=%d/%d B=%d Q=%d", f.Members, f.Conns, f.TotalConns, f.TotalConcurrent, f.TotalQueue)
+		}
+		b.WriteByte('\n')
+		pool = st.Pool
+	}
+	fmt.Fprintf(&b, "pool: P=%d open=%d idle=%d in_use=%d opened=%d closed=%d connect_errors=%d",
+		pool.MaxConns, pool.Open, pool.Idle, pool.InUse, pool.Opened, pool.Closed, pool.ConnectErrors)
+	return b.String()
 }
 
 // FleetStats describes an instance's place in its fleet (gate_fleet=on): all zero without one.

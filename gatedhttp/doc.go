@@ -17,7 +17,9 @@
 //
 // On the client:
 //
-//	client := &http.Client{Transport: gatedhttp.NewRetryTransport(nil, gatedhttp.RetryOptions{})}
+//	rt, err := gatedhttp.NewRetryTransport(nil, gatedhttp.RetryOptions{}) // err names a field out of range
+//	...
+//	client := &http.Client{Transport: rt}
 //
 // # What the client replays
 //

@@ -64,7 +64,10 @@ func ExampleNewRetryTransport() {
 	}))
 	defer srv.Close()
 
-	rt := gatedhttp.NewRetryTransport(srv.Client().Transport, gatedhttp.RetryOptions{})
+	rt, err := gatedhttp.NewRetryTransport(srv.Client().Transport, gatedhttp.RetryOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	client := &http.Client{Transport: rt} // one transport per called service
 	resp, err := client.Get(srv.URL + "/report")
 	if err != nil {

@@ -3,7 +3,9 @@ package gatedhttp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 
 // RetryOptions configures a [RetryTransport]. The zero value gives the defaults, which are
 // Finagle's RetryBudget defaults (20 % of requests over 10 s, on top of 10 retries per second).
+// A zero field takes its default; [NewRetryTransport] rejects a field out of the range its
+// comment gives, with an error that names the field and its value.
 //
 // Finagle's budget rather than gRPC's retry throttling: Finagle bounds retries by a share of the
 // requests sent, which is the bound we want to state (at most 1.2 attempts per request, plus the
@@ -22,52 +26,90 @@ import (
 // tokenRatio), and its bound depends on the success rate, not on the number of requests.
 type RetryOptions struct {
 	// MaxAttempts is the most attempts one request gets, the first included. Default 3; 1 turns
-	// retries off.
+	// retries off; negative is rejected.
 	MaxAttempts int
 	// BudgetRatio is the share of requests that may be retried within BudgetWindow. Default
-	// 0.2; a negative value allows only the floor (MinRetriesPerSecond).
+	// 0.2; a negative value allows only the floor (MinRetriesPerSecond); NaN and ±Inf are
+	// rejected.
 	BudgetRatio float64
-	// BudgetWindow is how long a request counts towards the budget. Default 10s.
+	// BudgetWindow is how long a request counts towards the budget. Default 10s; from 1s to
+	// 24h, so that a count of seconds written without its unit (5 is 5ns) is rejected rather
+	// than taken as a window of nanoseconds.
 	BudgetWindow time.Duration
 	// MinRetriesPerSecond is the floor: retries allowed on top of the ratio, so that a client
-	// sending few requests can still retry. Default 10; a negative value means none.
+	// sending few requests can still retry. Default 10; a negative value means none; NaN and
+	// ±Inf are rejected.
 	MinRetriesPerSecond float64
 	// BackoffBase and BackoffMax bound the backoff before retry n (n = 1, 2, ...): a random
-	// duration in [0, min(BackoffMax, BackoffBase × 2^(n-1))) ("full jitter"). Defaults 50ms and 2s.
+	// duration in [0, min(BackoffMax, BackoffBase × 2^(n-1))) ("full jitter"). Defaults 50ms and 2s;
+	// each from 1ms to 1h.
 	BackoffBase, BackoffMax time.Duration
 	// MaxRetryAfter is the longest Retry-After the transport waits for. A response asking for a
-	// longer wait is returned to the caller instead of retried early. Default 10s.
+	// longer wait is returned to the caller instead of retried early. Default 10s; from 1s (the
+	// unit of Retry-After) to 24h.
 	MaxRetryAfter time.Duration
 }
 
-func (o *RetryOptions) normalize() {
-	if o.MaxAttempts <= 0 {
+// The ranges NewRetryTransport accepts. The lower bounds catch a count written without its unit
+// (time.Duration counts nanoseconds); the upper ones keep every sum of waits far from overflow
+// and are longer than any wait a client means to make between two attempts.
+const (
+	minBudgetWindow, maxBudgetWindow   = time.Second, 24 * time.Hour
+	minBackoff, maxBackoff             = time.Millisecond, time.Hour
+	minMaxRetryAfter, maxMaxRetryAfter = time.Second, 24 * time.Hour
+)
+
+// normalize checks o and sets its zero fields to their defaults. On error o is unusable.
+func (o *RetryOptions) normalize() error {
+	switch {
+	case o.MaxAttempts < 0:
+		return optionError("MaxAttempts", o.MaxAttempts, "must be at least 1 (or 0 for the default, 3)")
+	case o.MaxAttempts == 0:
 		o.MaxAttempts = 3
 	}
 	switch {
+	case math.IsNaN(o.BudgetRatio) || math.IsInf(o.BudgetRatio, 0):
+		return optionError("BudgetRatio", o.BudgetRatio, "must be a finite number")
 	case o.BudgetRatio == 0:
 		o.BudgetRatio = 0.2
 	case o.BudgetRatio < 0:
 		o.BudgetRatio = 0
 	}
-	if o.BudgetWindow <= 0 {
-		o.BudgetWindow = 10 * time.Second
-	}
 	switch {
+	case math.IsNaN(o.MinRetriesPerSecond) || math.IsInf(o.MinRetriesPerSecond, 0):
+		return optionError("MinRetriesPerSecond", o.MinRetriesPerSecond, "must be a finite number")
 	case o.MinRetriesPerSecond == 0:
 		o.MinRetriesPerSecond = 10
 	case o.MinRetriesPerSecond < 0:
 		o.MinRetriesPerSecond = 0
 	}
-	if o.BackoffBase <= 0 {
-		o.BackoffBase = 50 * time.Millisecond
+	for _, d := range []struct {
+		name     string
+		v        *time.Duration
+		def      time.Duration
+		min, max time.Duration
+	}{
+		{"BudgetWindow", &o.BudgetWindow, 10 * time.Second, minBudgetWindow, maxBudgetWindow},
+		{"BackoffBase", &o.BackoffBase, 50 * time.Millisecond, minBackoff, maxBackoff},
+		{"BackoffMax", &o.BackoffMax, 2 * time.Second, minBackoff, maxBackoff},
+		{"MaxRetryAfter", &o.MaxRetryAfter, 10 * time.Second, minMaxRetryAfter, maxMaxRetryAfter},
+	} {
+		switch v := *d.v; {
+		case v == 0:
+			*d.v = d.def
+		case v < d.min || v > d.max:
+			why := fmt.Sprintf("must be from %v to %v (or 0 for the default, %v)", d.min, d.max, d.def)
+			if v > 0 && v < time.Microsecond {
+				why += fmt.Sprintf("; a time.Duration counts nanoseconds: %d seconds is %d * time.Second", int64(v), int64(v))
+			}
+			return optionError(d.name, v, why)
+		}
 	}
-	if o.BackoffMax <= 0 {
-		o.BackoffMax = 2 * time.Second
-	}
-	if o.MaxRetryAfter <= 0 {
-		o.MaxRetryAfter = 10 * time.Second
-	}
+	return nil
+}
+
+func optionError(field string, value any, why string) error {
+	return fmt.Errorf("gated: gatedhttp: RetryOptions.%s is %v: %s", field, value, why)
 }
 
 // RetryStats counts what a [RetryTransport] did since it was made.
@@ -116,17 +158,21 @@ type RetryTransport struct {
 var _ http.RoundTripper = (*RetryTransport)(nil)
 
 // NewRetryTransport returns a RetryTransport that sends requests through base
-// (http.DefaultTransport when nil), with opts' zero fields set to their defaults.
-func NewRetryTransport(base http.RoundTripper, opts RetryOptions) *RetryTransport {
+// (http.DefaultTransport when nil), with opts' zero fields set to their defaults. It returns an
+// error, naming the field and its value, when a field of opts is out of its range (see
+// [RetryOptions]).
+func NewRetryTransport(base http.RoundTripper, opts RetryOptions) (*RetryTransport, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	opts.normalize()
 	return &RetryTransport{
 		base:   base,
 		opts:   opts,
 		budget: newRetryBudget(opts.BudgetRatio, opts.MinRetriesPerSecond, opts.BudgetWindow),
-	}
+	}, nil
 }
 
 // Stats returns the transport's counters. Safe for concurrent use.
@@ -252,18 +298,19 @@ func (t *RetryTransport) wait(resp *http.Response, attempt int) (time.Duration, 
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date (RFC 9110 10.2.3).
-// A missing, malformed or past value reports false.
+// A missing, malformed or past value reports false (no wait asked for); so does a negative
+// number, which the grammar (1*DIGIT) does not allow. A number of seconds too large for
+// an int64, or longer than maxRetryAfterRead, reads as maxRetryAfterRead: as long a wait as any
+// cap allows, so it is never read as "no wait" and retried at once.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
-		}
-		if secs > int64(365*24*time.Hour/time.Second) {
-			secs = int64(365 * 24 * time.Hour / time.Second) // beyond any cap; avoids overflow
+	if digits(v) {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(maxRetryAfterRead/time.Second) {
+			return maxRetryAfterRead, true // ErrRange: more seconds than an int64 holds
 		}
 		return time.Duration(secs) * time.Second, true
 	}
@@ -271,7 +318,21 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil || !when.After(now) {
 		return 0, false
 	}
-	return when.Sub(now), true
+	return min(when.Sub(now), maxRetryAfterRead), true
+}
+
+// maxRetryAfterRead is the longest wait parseRetryAfter returns: beyond any MaxRetryAfter, and
+// short enough that adding a backoff cannot overflow a time.Duration.
+const maxRetryAfterRead = 365 * 24 * time.Hour
+
+// digits reports whether s is one or more ASCII digits, the delay-seconds form.
+func digits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // discardLimit is how much of a discarded body is read so its connection can be reused.

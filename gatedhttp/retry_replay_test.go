@@ -73,7 +73,7 @@ func TestRetryTransportDoesNotReplayACommittedPost(t *testing.T) {
 		http.Error(w, fmt.Sprintf("the second query was not refused: %v", err), http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: NewRetryTransport(srv.Client().Transport, RetryOptions{MaxAttempts: 2})}
+	client := &http.Client{Transport: newRetryTransport(t, srv.Client().Transport, RetryOptions{MaxAttempts: 2})}
 	defer client.CloseIdleConnections()
 
 	for _, tc := range []struct {

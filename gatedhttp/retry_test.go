@@ -2,7 +2,9 @@ package gatedhttp
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,6 +69,16 @@ func (s *scripted) attempts() int {
 	return len(s.starts)
 }
 
+// newRetryTransport is NewRetryTransport for options the test expects to be valid.
+func newRetryTransport(t *testing.T, base http.RoundTripper, opts RetryOptions) *RetryTransport {
+	t.Helper()
+	rt, err := NewRetryTransport(base, opts)
+	if err != nil {
+		t.Fatalf("NewRetryTransport(%+v): %v", opts, err)
+	}
+	return rt
+}
+
 func TestRetryTransportRetriesOnly503And429(t *testing.T) {
 	for _, tc := range []struct {
 		status       int
@@ -81,7 +93,7 @@ func TestRetryTransportRetriesOnly503And429(t *testing.T) {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := &scripted{statuses: []int{tc.status}}
-				rt := NewRetryTransport(handlerTransport(srv), RetryOptions{})
+				rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{})
 				resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://svc/x", nil))
 				if err != nil {
 					t.Fatal(err)
@@ -133,7 +145,7 @@ func TestRetryTransportReplaysOnlyWhatItCan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := &scripted{statuses: []int{503}}
-				rt := NewRetryTransport(handlerTransport(srv), RetryOptions{})
+				rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{})
 				var body io.Reader
 				if tc.body != nil {
 					body = tc.body()
@@ -180,7 +192,7 @@ func TestRetryTransportNeverRetriesPastTheDeadline(t *testing.T) {
 		t.Run(tc.timeout.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := &scripted{statuses: []int{503}, retryAfter: "1"}
-				rt := NewRetryTransport(handlerTransport(srv), RetryOptions{})
+				rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{})
 				ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
 				defer cancel()
 				deadline, _ := ctx.Deadline()
@@ -212,7 +224,7 @@ func TestRetryTransportNeverRetriesPastTheDeadline(t *testing.T) {
 func TestRetryTransportReturnsLastAnswerWhenCanceledWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &scripted{statuses: []int{503}, retryAfter: "2"}
-		rt := NewRetryTransport(handlerTransport(srv), RetryOptions{})
+		rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{})
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(time.Second, cancel)
 		resp, err := rt.RoundTrip(httptest.NewRequestWithContext(ctx, "GET", "http://svc/x", nil))
@@ -237,6 +249,9 @@ func TestRetryTransportHonoursRetryAfterUpToItsCap(t *testing.T) {
 		{"seconds", "3", 2, 3 * time.Second},
 		{"at the cap", "10", 2, 10 * time.Second},
 		{"beyond the cap", "11", 1, 0},
+		{"beyond an int64", "99999999999999999999", 1, 0},
+		{"far-future HTTP date", "Fri, 31 Dec 9999 23:59:59 GMT", 1, 0},
+		{"negative", "-5", 2, 0},
 		{"HTTP date", "", 2, 4 * time.Second}, // filled in below: now + 4 s
 		{"malformed", "soon", 2, 0},
 	} {
@@ -247,7 +262,7 @@ func TestRetryTransportHonoursRetryAfterUpToItsCap(t *testing.T) {
 					ra = time.Now().Add(4 * time.Second).UTC().Format(http.TimeFormat)
 				}
 				srv := &scripted{statuses: []int{503, 200}, retryAfter: ra}
-				rt := NewRetryTransport(handlerTransport(srv), RetryOptions{})
+				rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{})
 				resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://svc/x", nil))
 				if err != nil {
 					t.Fatal(err)
@@ -291,7 +306,7 @@ func TestRetryTransportDrainsAndClosesDiscardedBodies(t *testing.T) {
 			bodies = append(bodies, b)
 			return &http.Response{StatusCode: statuses[len(bodies)-1], Header: http.Header{}, Body: b, Request: r}, nil
 		})
-		rt := NewRetryTransport(base, RetryOptions{})
+		rt := newRetryTransport(t, base, RetryOptions{})
 		resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://svc/x", nil))
 		if err != nil {
 			t.Fatal(err)
@@ -327,8 +342,12 @@ func TestParseRetryAfter(t *testing.T) {
 		{"soon", 0, false},
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0, false},
-		{"99999999999999999999", 0, false},
+		{"99999999999999999999", 365 * 24 * time.Hour, true}, // beyond int64: the longest wait, not none
 		{"9999999999", 365 * 24 * time.Hour, true},
+		{"-99999999999999999999", 0, false},
+		{"+5", 0, false},
+		{"0000000000000000000000007", 7 * time.Second, true},
+		{time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Format(http.TimeFormat), 365 * 24 * time.Hour, true},
 	} {
 		got, ok := parseRetryAfter(tc.in, now)
 		if got != tc.want || ok != tc.ok {
@@ -448,10 +467,13 @@ func TestRetryBudgetKeepsOverloadFromMultiplying(t *testing.T) {
 	naiveRes := runOverload(t, naive)
 
 	withBudget := func(opts RetryOptions) overloadResult {
+		if _, err := NewRetryTransport(nil, opts); err != nil {
+			t.Fatal(err)
+		}
 		var rt *RetryTransport
 		var once sync.Once
 		return runOverload(t, func(base http.RoundTripper, req *http.Request) (*http.Response, error) {
-			once.Do(func() { rt = NewRetryTransport(base, opts) })
+			once.Do(func() { rt, _ = NewRetryTransport(base, opts) }) // opts checked above
 			return rt.RoundTrip(req)
 		})
 	}
@@ -488,7 +510,7 @@ func TestRetryBudgetKeepsOverloadFromMultiplying(t *testing.T) {
 func TestRetryTransportCountsWhatItDid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &scripted{statuses: []int{503}}
-		rt := NewRetryTransport(handlerTransport(srv), RetryOptions{MinRetriesPerSecond: -1, BudgetRatio: 0.5})
+		rt := newRetryTransport(t, handlerTransport(srv), RetryOptions{MinRetriesPerSecond: -1, BudgetRatio: 0.5})
 		for range 2 {
 			resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://svc/x", nil))
 			if err != nil {
@@ -502,4 +524,62 @@ func TestRetryTransportCountsWhatItDid(t *testing.T) {
 			t.Errorf("Stats = %+v, want %+v", got, want)
 		}
 	})
+}
+
+func TestNewRetryTransportRejectsOutOfRangeOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts RetryOptions
+		want string // in the error: the field and its value
+	}{
+		{RetryOptions{MaxAttempts: -1}, "MaxAttempts is -1"},
+		{RetryOptions{BudgetRatio: math.NaN()}, "BudgetRatio is NaN"},
+		{RetryOptions{BudgetRatio: math.Inf(1)}, "BudgetRatio is +Inf"},
+		{RetryOptions{MinRetriesPerSecond: math.Inf(-1)}, "MinRetriesPerSecond is -Inf"},
+		{RetryOptions{BudgetWindow: 5}, "BudgetWindow is 5ns"}, // seconds meant; divided by zero before
+		{RetryOptions{BudgetWindow: 999 * time.Millisecond}, "BudgetWindow is 999ms"},
+		{RetryOptions{BudgetWindow: -time.Second}, "BudgetWindow is -1s"},
+		{RetryOptions{BudgetWindow: math.MaxInt64}, "BudgetWindow is 2562047h47m16.854775807s"},
+		{RetryOptions{BackoffBase: 50}, "BackoffBase is 50ns"},
+		{RetryOptions{BackoffBase: -time.Millisecond}, "BackoffBase is -1ms"},
+		{RetryOptions{BackoffMax: 2}, "BackoffMax is 2ns"},
+		{RetryOptions{BackoffMax: math.MaxInt64}, "BackoffMax is 2562047h47m16.854775807s"},
+		{RetryOptions{MaxRetryAfter: 10}, "MaxRetryAfter is 10ns"},
+		{RetryOptions{MaxRetryAfter: -1}, "MaxRetryAfter is -1ns"},
+		{RetryOptions{MaxRetryAfter: 500 * time.Millisecond}, "MaxRetryAfter is 500ms"},
+		{RetryOptions{MaxRetryAfter: 25 * time.Hour}, "MaxRetryAfter is 25h0m0s"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			rt, err := NewRetryTransport(nil, tc.opts)
+			if err == nil {
+				t.Fatalf("NewRetryTransport(%+v) = %v, nil; want an error", tc.opts, rt)
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "gated: gatedhttp: RetryOptions."+tc.want+": ") {
+				t.Errorf("error %q does not start with %q", msg, "gated: gatedhttp: RetryOptions."+tc.want+": ")
+			}
+		})
+	}
+}
+
+func TestRetryTransportAcceptsOptionsAtTheirBounds(t *testing.T) {
+	for _, opts := range []RetryOptions{
+		{MaxAttempts: 1, BudgetRatio: -1, MinRetriesPerSecond: -1},
+		{MaxAttempts: math.MaxInt, BudgetRatio: 1e300, MinRetriesPerSecond: 1e300},
+		{BudgetWindow: time.Second, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond, MaxRetryAfter: time.Second},
+		{BudgetWindow: 24 * time.Hour, BackoffBase: time.Hour, BackoffMax: time.Hour, MaxRetryAfter: 24 * time.Hour},
+	} {
+		t.Run(fmt.Sprintf("%+v", opts), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &scripted{statuses: []int{503, 200}, retryAfter: "99999999999999999999"}
+				rt := newRetryTransport(t, handlerTransport(srv), opts)
+				resp, err := rt.RoundTrip(httptest.NewRequest("GET", "http://svc/x", nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusServiceUnavailable || srv.attempts() != 1 {
+					t.Errorf("status %d after %d attempts; want the 503 returned after 1 (Retry-After beyond the cap)", resp.StatusCode, srv.attempts())
+				}
+			})
+		})
+	}
 }

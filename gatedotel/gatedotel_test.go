@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"iter"
 	"maps"
 	"strings"
 	"testing"
@@ -205,7 +206,7 @@ func TestLendingInstruments(t *testing.T) {
 		t.Fatal(err)
 	}
 	pts := collect(t, reader)
-	all := maps.Collect(c.AllStats())
+	all := maps.Collect(iter.Seq2[string, gated.Stats](c.AllStats()))
 	if d, b := all[gated.DefaultWorkload], all["batch"]; d.Borrowed != 1 || b.Lent != 1 {
 		t.Fatalf("default borrowed %d, batch lent %d: want 1 and 1", d.Borrowed, b.Lent)
 	}
@@ -252,7 +253,7 @@ func TestFleetInstruments(t *testing.T) {
 	var all map[string]gated.Stats
 	waitFor(t, "a stable fleet", func() bool {
 		before := c.Stats().Fleet
-		pts, all = collect(t, reader), maps.Collect(c.AllStats())
+		pts, all = collect(t, reader), maps.Collect(iter.Seq2[string, gated.Stats](c.AllStats()))
 		return c.Stats().Fleet == before && all[gated.DefaultWorkload].Fleet == before
 	})
 	s := all[gated.DefaultWorkload]

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"os"
 	"runtime"
@@ -147,7 +148,7 @@ func TestCollectorExportsLending(t *testing.T) {
 		t.Fatal(err)
 	}
 	fams := gather(t, reg)
-	all := maps.Collect(c.AllStats())
+	all := maps.Collect(iter.Seq2[string, gated.Stats](c.AllStats()))
 	if d, b := all[gated.DefaultWorkload], all["batch"]; d.Borrowed != 1 || b.Lent != 1 {
 		t.Fatalf("default borrowed %d, batch lent %d: want 1 and 1", d.Borrowed, b.Lent)
 	}
@@ -196,7 +197,7 @@ func TestCollectorExportsFleet(t *testing.T) {
 	var all map[string]gated.Stats
 	waitFor(t, "a stable fleet", func() bool {
 		before := c.Stats().Fleet
-		fams, all = gather(t, reg), maps.Collect(c.AllStats())
+		fams, all = gather(t, reg), maps.Collect(iter.Seq2[string, gated.Stats](c.AllStats()))
 		return c.Stats().Fleet == before && all[gated.DefaultWorkload].Fleet == before
 	})
 	f := all[gated.DefaultWorkload].Fleet

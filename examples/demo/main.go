@@ -14,6 +14,8 @@
 //
 //	go run ./examples/demo
 //
+// Which one it used it says on stderr, so that stdout holds the three lines alone.
+//
 // With SQLite the demo shows the gate, not gated's strongest guarantee. gated knows pgx, lib/pq
 // and go-sql-driver/mysql well enough to keep a permit until the database has stopped working
 // after a cancel; SQLite, like any other registered driver, gets the weaker one: the permit comes
@@ -26,6 +28,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -38,7 +41,7 @@ import (
 const gateParams = "gate_max_conns=2&gate_concurrent=1&gate_queue=0&gate_queue_wait=0"
 
 func main() {
-	if err := run(context.Background(), dsn(os.Getenv("DATABASE_URL"))); err != nil {
+	if err := run(context.Background(), dsn(os.Getenv("DATABASE_URL")), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -60,12 +63,27 @@ func dsn(databaseURL string) string {
 	}
 }
 
-func run(ctx context.Context, dsn string) error {
+// database names what dsn connects to, for the line on stderr.
+func database(cfg *gated.Config) string {
+	switch cfg.Driver {
+	case "sqlite":
+		return "an in-memory SQLite database (set DATABASE_URL to use PostgreSQL)"
+	case "pgx", "postgres":
+		return "PostgreSQL from DATABASE_URL (inner driver " + cfg.Driver + ")"
+	default:
+		return "DATABASE_URL (inner driver " + cfg.Driver + ")"
+	}
+}
+
+// run runs the demo on dsn: the three lines go to stdout, which database it used to stderr.
+func run(ctx context.Context, dsn string, stdout, stderr io.Writer) error {
 	db, err := sql.Open("gated", dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	c, _ := gated.FromDB(db)
+	fmt.Fprintln(stderr, "demo: using", database(c.Config()))
 
 	// The first transaction takes the only execution permit and holds it until Commit.
 	tx, err := db.BeginTx(ctx, nil)
@@ -83,15 +101,14 @@ func run(ctx context.Context, dsn string) error {
 	if !errors.Is(err, gated.ErrAdmissionFull) {
 		return fmt.Errorf("second transaction: want gated.ErrAdmissionFull, got %v", err)
 	}
-	fmt.Println("overload=rejected")
+	fmt.Fprintln(stdout, "overload=rejected")
 
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	fmt.Printf("query=%d\n", answer)
+	fmt.Fprintf(stdout, "query=%d\n", answer)
 
-	c, _ := gated.FromDB(db)
 	s := c.Stats()
-	fmt.Printf("available=%d\n", s.Concurrent-s.Running)
+	fmt.Fprintf(stdout, "available=%d\n", s.Concurrent-s.Running)
 	return nil
 }

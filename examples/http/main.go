@@ -165,7 +165,12 @@ func offer(target, client string, rate int, duration time.Duration) result {
 	count := &counting{base: &http.Transport{MaxIdleConnsPerHost: 512}}
 	var rt http.RoundTripper = naive{count}
 	if client == "budget" {
-		rt = gatedhttp.NewRetryTransport(count, gatedhttp.RetryOptions{})
+		budget, err := gatedhttp.NewRetryTransport(count, gatedhttp.RetryOptions{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "http:", err)
+			os.Exit(1)
+		}
+		rt = budget
 	}
 	hc := &http.Client{Transport: rt}
 	defer hc.CloseIdleConnections()
