@@ -85,8 +85,8 @@ func newGate(cfg gateConfig, p *pool) *gate {
 	return g
 }
 
-// autoLimit makes the gate's B a ceiling for gate_concurrent=auto, starting at min, when auto is
-// set. It is called before the gate is used.
+// autoLimit makes the gate's B a ceiling for gate_concurrent=auto, with min the lowest limit, when
+// auto is set. The limit starts at the ceiling (limiter.go). It is called before the gate is used.
 func (g *gate) autoLimit(auto bool, min int) {
 	if auto {
 		g.lim = newAdaptiveLimit(chosenAlgorithm(), min, g.concurrent)
@@ -108,9 +108,6 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		return nil, waitError(err)
 	}
 	g.mu.Lock()
-	if g.lim != nil {
-		g.lim.arrived()
-	}
 	switch {
 	case g.closed:
 		g.canceled++
@@ -126,13 +123,10 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.admitted++
 		g.mu.Unlock()
 		return nil, nil
-	case g.queueWait <= 0 || g.lim != nil && g.lim.queueTooLong(g.waiting, g.concurrent):
+	case g.queueWait <= 0:
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
-	case g.lim != nil && g.lim.displaces(g.waiting):
-		// Sustained overload: the newest arrival takes the oldest waiter's place (limiter.go).
-		g.refuseLocked(g.head)
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -320,10 +314,10 @@ func (g *gate) lendBalanceLocked() int {
 }
 
 // setLimitLocked sets the current limit of a gate_concurrent=auto gate, within its bounds, and
-// hands the permits a raise frees to waiters at once. Lowering it takes no permit from a running
-// operation: releases return permits until running is within it.
+// hands the permits a raise frees to waiters at once; a limit so set ends the cold start. Lowering
+// it takes no permit from a running operation: releases return permits until running is within it.
 func (g *gate) setLimitLocked(n int) {
-	g.lim.limit = float64(n)
+	g.lim.limit, g.lim.cold = float64(n), false
 	g.concurrent = g.lim.current()
 	g.grantRaisedLocked()
 }

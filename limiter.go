@@ -58,6 +58,9 @@ func outcomeOf(ctx context.Context, err error) outcome {
 // a value the caller then clamps to [min, max].
 type limitAlgorithm interface {
 	next(limit float64, w *windowStats) float64
+	// forget drops what the algorithm remembers of recent windows (a knee, a rise or a fall
+	// being judged): the gate was idle for idleForget, and they say nothing of what follows.
+	forget()
 }
 
 // windowStats is what one window measured.
@@ -84,11 +87,9 @@ const (
 	overloadBackoff   = 0.9 // factor applied to the limit then
 	smoothing         = 4   // the algorithm sees the window medians' moving average, each window weighing 1/smoothing
 	limitedShare      = 4   // a window is limited when this share of its samples found demand at the limit (1/4)
-	// sustainedOverload: a window in which this many times more operations arrived than ended
-	// is sustained overload, where a queue only adds delay (see queueTooLong). At 2× a single
-	// waiter still left permits idle between arrivals (5–8 % of the goodput); at 4× the next
-	// arrival comes soon enough.
-	sustainedOverload = 4
+	// idleForget: a gate without a completed operation for this long starts a new window and
+	// forgets what it was judging: time, not only completed operations, ends an overload.
+	idleForget = time.Second
 	// baselineDrift and baselineFall are the time constants with which the baseline follows
 	// slower windows without queueing and faster ones (see baseline).
 	baselineDrift = 2 * time.Second
@@ -111,20 +112,25 @@ type adaptiveLimit struct {
 	overload int
 	failed   int
 	sumRun   int64
-	limited  int // samples that found demand at the limit
-	arrivals int // operations that asked the gate for a permit
+	limited  int           // samples that found demand at the limit
+	waited   int           // samples taken while operations waited
+	last     time.Duration // monoNow of the last sample
 
-	base      baseline
-	service   time.Duration // the last window's median hold time, 0 before the first
-	smoothed  time.Duration // the window medians' moving average (smoothing): what the algorithm sees
-	prevRaw   time.Duration // the window median before the last
-	sustained bool          // the last window was in sustained overload
+	base     baseline
+	smoothed time.Duration // the window medians' moving average (smoothing): what the algorithm sees
+	prevRaw  time.Duration // the window median before the last
+
+	// Cold start (see descend): no baseline yet.
+	cold     bool
+	coldRate float64       // the most a window served since the descent began
+	coldKeep float64       // the lowest limit whose window served within gradientProbeGain of that
+	coldRTT  time.Duration // the median hold time of the window before the last halving, 0 before the descent
 }
 
+// newAdaptiveLimit returns a limit that starts at the ceiling max: a fresh gate serves what a
+// fixed B = max serves until it has evidence that fewer is better (see descend).
 func newAdaptiveLimit(alg limitAlgorithm, min, max int) *adaptiveLimit {
-	// Starting at the minimum and growing is what gives the baseline its no-load measurement:
-	// a gate that started at its ceiling would take the latency at full concurrency for it.
-	return &adaptiveLimit{alg: alg, min: min, max: max, limit: float64(min)}
+	return &adaptiveLimit{alg: alg, min: min, max: max, limit: float64(max), cold: true}
 }
 
 // current is the limit in execution permits.
@@ -137,12 +143,20 @@ func (a *adaptiveLimit) current() int {
 func (a *adaptiveLimit) setCeiling(ceiling int) {
 	a.max = ceiling
 	a.limit = min(a.limit, float64(max(ceiling, a.min)))
+	if a.cold && a.coldRTT == 0 {
+		// Not yet descending: a fresh gate serves what a fixed B at its ceiling serves.
+		a.limit = float64(max(ceiling, a.min))
+	}
 }
 
 // observe records one operation that ended at now (monoNow) after holding its permit for hold,
 // with running operations holding permits (itself included) and waiting in the queue. It reports
 // whether a window closed and the limit may have changed.
 func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, waiting int) bool {
+	if now-a.last >= idleForget {
+		a.forget()
+	}
+	a.last = now
 	if a.ok+a.overload+a.failed == 0 {
 		a.start = now
 	}
@@ -160,6 +174,9 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	if running >= a.current() || waiting > 0 {
 		a.limited++
 	}
+	if waiting > 0 {
+		a.waited++
+	}
 	if now-a.start < windowMin || a.ok+a.overload < windowSamples {
 		return false
 	}
@@ -167,36 +184,18 @@ func (a *adaptiveLimit) observe(now, hold time.Duration, o outcome, running, wai
 	return true
 }
 
-// queueTooLong reports whether an operation arriving behind waiting others would wait longer
-// than queueDelay allows while limit operations run: each release serves one waiter, about every
-// service/limit. So the queue stays short at a low limit and long service times, where a fixed
-// Q of waiters would wait many service times, while Q remains the cap on waiters.
-//
-// In sustained overload displaces bounds the queue instead.
-func (a *adaptiveLimit) queueTooLong(waiting, limit int) bool {
-	if a.service <= 0 || a.sustained {
-		return false
+// forget starts a new window and drops what the limiter was judging: the gate was idle for
+// idleForget, and the open window's samples and a pending probe or fall say nothing of what comes
+// next. The limit and the baseline stay: they are what the database showed, not an overload.
+func (a *adaptiveLimit) forget() {
+	a.hist.reset()
+	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.waited = 0, 0, 0, 0, 0, 0
+	a.prevRaw = 0
+	if a.cold && a.coldRTT > 0 {
+		a.limit, a.coldRate, a.coldRTT = a.coldKeep, 0, 0
 	}
-	return time.Duration(waiting+1)*a.service > time.Duration(max(limit, 1))*queueDelay(a.service)
+	a.alg.forget()
 }
-
-// displaces reports whether an operation arriving behind waiting others takes the oldest one's
-// place, which is refused: in sustained overload (sustainedOverload times more arrivals than the
-// gate serves) one waiter is enough to take the next permit that frees, and the newest one has
-// waited least. So the one operation that waits has waited only since the last arrival, not for
-// a whole service time behind a running one, and more waiters would only add their wait to the
-// latency.
-func (a *adaptiveLimit) displaces(waiting int) bool {
-	return a.sustained && waiting > 0
-}
-
-// queueDelay is the longest expected wait gate_concurrent=auto admits into the queue: half a
-// service time, so that the queue adds less to the latency than the service's own spread, and at
-// least CoDel's target (overloadWait) for fast queries.
-func queueDelay(service time.Duration) time.Duration { return max(service/2, overloadWait) }
-
-// arrived counts an operation asking for a permit.
-func (a *adaptiveLimit) arrived() { a.arrivals++ }
 
 // closeWindow derives the next limit from the open window, which lasted d, and starts a new one.
 func (a *adaptiveLimit) closeWindow(d time.Duration) {
@@ -206,14 +205,26 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 		ok: a.ok, overload: a.overload, failed: a.failed,
 	}
 	w.raw = w.rtt
-	a.sustained = a.arrivals >= sustainedOverload*n
+	switch {
+	case float64(w.overload) >= overloadShare*float64(w.ok+w.overload):
+		if a.cold {
+			a.limit = max(a.limit*overloadBackoff, float64(a.min))
+			a.reset()
+			return
+		}
+	case a.cold:
+		if w.failed <= w.ok {
+			a.descend(&w, a.waited*limitedShare >= n)
+		}
+		a.reset()
+		return
+	}
 	usual := a.smoothed
 	if usual == 0 {
 		usual = w.rtt
 	}
 	w.rebased = a.base.update(w.rtt, usual, w.inflight, d, a.current() <= a.min)
 	w.base, w.unproven = a.base.value, a.base.prior > 0
-	a.service = w.rtt
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
 	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
 	// windows in a row above the average are no spike: the slower of them counts at once.
@@ -235,8 +246,50 @@ func (a *adaptiveLimit) closeWindow(d time.Duration) {
 		a.limit = a.alg.next(a.limit, &w)
 	}
 	a.limit = min(max(a.limit, float64(a.min)), float64(a.max))
+	a.reset()
+}
+
+// reset starts a new window.
+func (a *adaptiveLimit) reset() {
 	a.hist.reset()
-	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.arrivals = 0, 0, 0, 0, 0, 0
+	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.waited = 0, 0, 0, 0, 0, 0
+}
+
+// descend is the cold start. A fresh gate has no no-load hold time to compare with, so it starts
+// at its ceiling and serves what a fixed B there serves. When operations wait (demand exceeds the
+// limit), it halves the limit, window by window, for as long as a halving shortens the hold time
+// (by more than gradientFlat: fewer operations queue less), down to the minimum at most. The last
+// window, whose halving shortened nothing, shows no queueing and measures the baseline. The limit
+// then goes back to the lowest one that served as much as any (by Little's law, within
+// gradientProbeGain of the most a window served), and the gradient rule takes over. Past a
+// CPU-bound server's cores fewer operations serve as much, each sooner, and the limit stays
+// low; a sleeping query loses one window at half the limit, once. Waits and refusals never
+// count, only what the database served.
+func (a *adaptiveLimit) descend(w *windowStats, pressed bool) {
+	if !pressed {
+		// Demand fits the limit: nothing to learn. Halvings it no longer judges are undone.
+		if a.coldRTT > 0 {
+			a.limit, a.coldRate, a.coldRTT = a.coldKeep, 0, 0
+		}
+		return
+	}
+	if rate := servedRate(w); gradientProbeGain*rate >= a.coldRate {
+		a.coldRate, a.coldKeep = max(a.coldRate, rate), float64(a.current())
+	}
+	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT || a.current() <= a.min {
+		a.limit = a.coldKeep
+		a.warm(w)
+		return
+	}
+	a.coldRTT = w.raw
+	a.limit = max(float64(a.min), math.Floor(float64(a.current())/2))
+}
+
+// warm ends the cold start with w's median as the baseline.
+func (a *adaptiveLimit) warm(w *windowStats) {
+	a.cold, a.coldRate, a.coldRTT = false, 0, 0
+	a.base.value, a.base.inflight = w.raw, w.inflight
+	a.smoothed, a.prevRaw = w.raw, w.raw
 }
 
 // A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never
@@ -432,6 +485,10 @@ func servedRate(w *windowStats) float64 {
 	return w.inflight / w.raw.Seconds()
 }
 
+func (a *gradientLimit) forget() {
+	a.knee, a.memory, a.fails, a.probed, a.confirm, a.fell = 0, 0, 0, 0, 0, 0
+}
+
 func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if w.rebased {
 		a.knee, a.memory, a.fails, a.confirm = 0, 0, 0, 0
@@ -557,6 +614,8 @@ func (a *gradientLimit) setKnee(knee float64, rtt time.Duration) {
 // than alpha queue and falls by one when more than beta do. The thresholds grow with log10 of the
 // limit and are at least 1 and 2, since gated's limits are small.
 type vegasLimit struct{}
+
+func (vegasLimit) forget() {}
 
 func (vegasLimit) next(limit float64, w *windowStats) float64 {
 	queue := limit * (1 - float64(w.base)/float64(w.rtt))
