@@ -919,7 +919,7 @@ func TestLimiterForgetsAnOpenWindowAfterIdleTime(t *testing.T) {
 	before := a.current()
 	// Ten timeouts, fewer than a window's samples: the window stays open.
 	feed(10, time.Millisecond, time.Second, outcomeOverload)
-	now += 2 * idleForget
+	now += 2 * time.Second
 	feed(windowSamples, windowMin/windowSamples+time.Millisecond, 5*time.Millisecond, outcomeOK)
 	if got := a.current(); got < before {
 		t.Errorf("the limit fell from %d to %d on timeouts from before two idle seconds", before, got)
