@@ -242,6 +242,12 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 	}
 }
 
+// stateErr is a server error with an SQLSTATE.
+type stateErr string
+
+func (e stateErr) Error() string    { return "server error " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
 // errAllocProbe is a server error that says nothing about load, made once.
 var errAllocProbe error = stateErr("23505")
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/gatedsql/gated/internal/limiter"
 )
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
@@ -24,7 +26,7 @@ type gate struct {
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	lim        *adaptiveLimit // gate_concurrent=auto (limiter.go), which sets concurrent; nil for a fixed B
+	lim        *limiter.Limit // gate_concurrent=auto (internal/limiter), which sets concurrent; nil for a fixed B
 	running    int            // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
 	waiting    int            // waiters in the FIFO list
 	head, tail *waiter        // operations waiting for an execution permit, oldest first
@@ -86,11 +88,11 @@ func newGate(cfg gateConfig, p *pool) *gate {
 }
 
 // autoLimit makes the gate's B a ceiling for gate_concurrent=auto, with min the lowest limit, when
-// auto is set. The limit starts at the ceiling (limiter.go). It is called before the gate is used.
+// auto is set. The limit starts at the ceiling (internal/limiter). It is called before the gate is used.
 func (g *gate) autoLimit(auto bool, min int) {
 	if auto {
-		g.lim = newAdaptiveLimit(chosenAlgorithm(), min, g.concurrent)
-		g.concurrent = g.lim.current()
+		g.lim = limiter.New(min, g.concurrent)
+		g.concurrent = g.lim.Current()
 	}
 }
 
@@ -228,8 +230,8 @@ func (g *gate) release(pc *physConn) {
 // the lock release takes anyway.
 func (g *gate) releaseSample(pc *physConn, now, hold time.Duration, o outcome) {
 	g.mu.Lock()
-	if g.lim != nil && g.lim.observe(now, hold, o, g.running, g.waiting) {
-		g.concurrent = g.lim.current()
+	if g.lim != nil && g.lim.Observe(now, hold, o, g.running, g.waiting) {
+		g.concurrent = g.lim.Current()
 	}
 	g.releaseLocked(pc)
 }
@@ -317,8 +319,8 @@ func (g *gate) lendBalanceLocked() int {
 // hands the permits a raise frees to waiters at once; a limit so set ends the cold start. Lowering
 // it takes no permit from a running operation: releases return permits until running is within it.
 func (g *gate) setLimitLocked(n int) {
-	g.lim.limit, g.lim.cold = float64(n), false
-	g.concurrent = g.lim.current()
+	g.lim.Set(n)
+	g.concurrent = g.lim.Current()
 	g.grantRaisedLocked()
 }
 
@@ -334,8 +336,8 @@ func (g *gate) setLimits(b, q int) {
 	defer g.mu.Unlock()
 	g.queue = q
 	if g.lim != nil {
-		g.lim.setCeiling(b)
-		g.concurrent = g.lim.current()
+		g.lim.SetCeiling(b)
+		g.concurrent = g.lim.Current()
 	} else {
 		g.concurrent = b
 	}

@@ -1,4 +1,4 @@
-package gated
+package limiter
 
 import (
 	"context"
@@ -90,8 +90,8 @@ type phase struct {
 	d      time.Duration
 	db     dbModel
 	demand int
-	end    outcome
-	fast   time.Duration // hold time of outcomeFailed operations (fails fast)
+	end    Outcome
+	fast   time.Duration // hold time of Failed operations (fails fast)
 	// jitter: the log-normal spread of a factor on every hold time that changes every
 	// jitterSlice, as a shared machine's speed does (0: none).
 	jitter float64
@@ -115,7 +115,7 @@ type simTrace struct {
 }
 
 func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrace {
-	a := newAdaptiveLimit(alg(), minL, maxL)
+	a := newLimit(alg(), minL, maxL)
 	rng := rand.New(rand.NewPCG(1+*simNoise, 2))
 	jrng := rand.New(rand.NewPCG(3+*simNoise, 4))
 	var tr simTrace
@@ -134,13 +134,13 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 					db = ph.calm
 				}
 			}
-			running := min(a.current(), ph.demand)
+			running := min(a.Current(), ph.demand)
 			if running == 0 {
 				now += 10 * time.Millisecond
 				continue
 			}
 			mean := db(running)
-			if ph.end == outcomeFailed && ph.fast > 0 {
+			if ph.end == Failed && ph.fast > 0 {
 				mean = ph.fast
 			}
 			// One completion of running operations each taking about mean, at the machine's
@@ -151,10 +151,10 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 			if ph.demand > running {
 				waiting = 1
 			}
-			if a.observe(now, hold, ph.end, running, waiting) {
-				limits = append(limits, a.current())
+			if a.Observe(now, hold, ph.end, running, waiting) {
+				limits = append(limits, a.Current())
 			}
-			if now >= half && ph.end == outcomeOK {
+			if now >= half && ph.end == OK {
 				ok++
 				holds = append(holds, hold)
 			}
@@ -768,8 +768,8 @@ func TestLimiterDoesNotRiseOnFailuresOrTimeouts(t *testing.T) {
 			name string
 			ph   phase
 		}{
-			{"fast failures", phase{d: 30 * time.Second, db: cpuBound(simS, 2), demand: 100, end: outcomeFailed, fast: 50 * time.Microsecond}},
-			{"steady timeouts", phase{d: 30 * time.Second, db: sleepBound(time.Second), demand: 100, end: outcomeOverload}},
+			{"fast failures", phase{d: 30 * time.Second, db: cpuBound(simS, 2), demand: 100, end: Failed, fast: 50 * time.Microsecond}},
+			{"steady timeouts", phase{d: 30 * time.Second, db: sleepBound(time.Second), demand: 100, end: Overload}},
 		} {
 			db := cpuBound(simS, 2)
 			tr := simulate(alg, 1, simP, []phase{{d: 20 * time.Second, db: db, demand: 100}, c.ph})
@@ -783,19 +783,19 @@ func TestLimiterDoesNotRiseOnFailuresOrTimeouts(t *testing.T) {
 
 func TestLimiterIgnoresOneFastOutlier(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
-		a := newAdaptiveLimit(alg(), 1, simP)
+		a := newLimit(alg(), 1, simP)
 		now := time.Duration(0)
 		feed := func(n int, hold time.Duration) {
 			for range n {
 				now += time.Millisecond
-				a.observe(now, hold, outcomeOK, a.current(), 1)
+				a.Observe(now, hold, OK, a.Current(), 1)
 			}
 		}
 		feed(2000, 10*time.Millisecond)
-		before := a.current()
+		before := a.Current()
 		feed(1, time.Microsecond)
 		feed(2000, 10*time.Millisecond)
-		if got := a.current(); got < before {
+		if got := a.Current(); got < before {
 			t.Errorf("limit fell from %d to %d after one 1 µs sample", before, got)
 		}
 		if a.base.value < 9*time.Millisecond {
@@ -823,11 +823,11 @@ func TestLimiterCandidates(t *testing.T) {
 }
 
 func TestLimiterObserveAllocatesNothing(t *testing.T) {
-	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	a := newLimit(chosenAlgorithm(), 1, simP)
 	now := time.Duration(0)
 	if allocs := testing.AllocsPerRun(10000, func() {
 		now += 100 * time.Microsecond
-		a.observe(now, 5*time.Millisecond, outcomeOK, a.current(), 1)
+		a.Observe(now, 5*time.Millisecond, OK, a.Current(), 1)
 	}); allocs != 0 {
 		t.Errorf("observe allocates %v times per sample", allocs)
 	}
@@ -839,20 +839,20 @@ func TestOutcomeOf(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want outcome
+		want Outcome
 	}{
-		{context.Background(), nil, outcomeOK},
-		{context.Background(), errors.New("syntax error"), outcomeFailed},
-		{context.Background(), stateErr("57014"), outcomeOverload},
-		{context.Background(), stateErr("55P03"), outcomeOverload},
-		{context.Background(), stateErr("40001"), outcomeOverload},
-		{context.Background(), stateErr("53300"), outcomeOverload},
-		{context.Background(), stateErr("23505"), outcomeFailed},
-		{ctx, errors.New("gated: canceled"), outcomeOverload},
-		{context.Background(), fmt.Errorf("x: %w", context.DeadlineExceeded), outcomeOverload},
+		{context.Background(), nil, OK},
+		{context.Background(), errors.New("syntax error"), Failed},
+		{context.Background(), stateErr("57014"), Overload},
+		{context.Background(), stateErr("55P03"), Overload},
+		{context.Background(), stateErr("40001"), Overload},
+		{context.Background(), stateErr("53300"), Overload},
+		{context.Background(), stateErr("23505"), Failed},
+		{ctx, errors.New("gated: canceled"), Overload},
+		{context.Background(), fmt.Errorf("x: %w", context.DeadlineExceeded), Overload},
 	} {
-		if got := outcomeOf(c.ctx, c.err); got != c.want {
-			t.Errorf("outcomeOf(%v) = %d, want %d", c.err, got, c.want)
+		if got := OutcomeOf(c.ctx, c.err); got != c.want {
+			t.Errorf("OutcomeOf(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
 }
@@ -906,22 +906,22 @@ func TestLimiterStartsAtTheCeilingAndDescendsOnlyWhileFewerServeAsMuch(t *testin
 // Idle forgets: samples of an overload that left a window open, then a second of idle time, say
 // nothing of the load after it. The window after the idle time holds only what came after.
 func TestLimiterForgetsAnOpenWindowAfterIdleTime(t *testing.T) {
-	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	a := newLimit(chosenAlgorithm(), 1, simP)
 	now := time.Duration(0)
-	feed := func(n int, every, hold time.Duration, o outcome) {
+	feed := func(n int, every, hold time.Duration, o Outcome) {
 		for range n {
 			now += every
-			a.observe(now, hold, o, a.current(), 0)
+			a.Observe(now, hold, o, a.Current(), 0)
 		}
 	}
 	// Warm: flat service at the ceiling.
-	feed(200, time.Millisecond, 5*time.Millisecond, outcomeOK)
-	before := a.current()
+	feed(200, time.Millisecond, 5*time.Millisecond, OK)
+	before := a.Current()
 	// Ten timeouts, fewer than a window's samples: the window stays open.
-	feed(10, time.Millisecond, time.Second, outcomeOverload)
+	feed(10, time.Millisecond, time.Second, Overload)
 	now += 2 * time.Second
-	feed(windowSamples, windowMin/windowSamples+time.Millisecond, 5*time.Millisecond, outcomeOK)
-	if got := a.current(); got < before {
+	feed(windowSamples, windowMin/windowSamples+time.Millisecond, 5*time.Millisecond, OK)
+	if got := a.Current(); got < before {
 		t.Errorf("the limit fell from %d to %d on timeouts from before two idle seconds", before, got)
 	}
 }
