@@ -2,6 +2,7 @@ package gated
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +12,8 @@ import (
 	"time"
 )
 
-// newAutoGate returns a gate_concurrent=auto gate with ceiling b, starting at limit start.
+// newAutoGate returns a gate_concurrent=auto gate with ceiling b, at limit start after its cold
+// start.
 func newAutoGate(b, q, start int, wait time.Duration) *gate {
 	g := newTestGate(b, q, wait)
 	g.autoLimit(true, 1)
@@ -27,11 +29,11 @@ func setLimit(g *gate, n int) {
 	g.mu.Unlock()
 }
 
-func TestAutoGateStartsAtItsMinimum(t *testing.T) {
+func TestAutoGateStartsAtItsCeiling(t *testing.T) {
 	g := newTestGate(8, 8, time.Second)
 	g.autoLimit(true, 2)
-	if s := gateStats(g); s.Concurrent != 2 {
-		t.Errorf("Concurrent = %d, want the minimum 2", s.Concurrent)
+	if s := gateStats(g); s.Concurrent != 8 {
+		t.Errorf("Concurrent = %d, want the ceiling 8", s.Concurrent)
 	}
 }
 
@@ -76,55 +78,27 @@ func TestAutoLoweredLimitTakesNoPermitAndHandsNoneOverUntilWithin(t *testing.T) 
 	}
 }
 
-func TestAutoQueueBoundRefusesAtOnceBeyondHalfAServiceTime(t *testing.T) {
-	g := newAutoGate(8, 8, 2, time.Minute)
-	g.mu.Lock()
-	g.lim.service = 10 * time.Millisecond
-	g.mu.Unlock()
+// gate_queue means what it says with auto too: at a low limit, Q operations wait (each at most
+// gate_queue_wait), and only the one beyond them is refused, as full.
+func TestAutoGateQueuesQWaitersAtALowLimit(t *testing.T) {
+	g := newAutoGate(8, 4, 1, time.Minute)
 	mustAcquire(t, g)
-	mustAcquire(t, g)
-	a := acquireAsync(t, g, context.Background()) // expected wait 10ms / 2: admitted
-	// Second in line: expected wait 2 × 10ms / 2 > half of 10ms.
-	if _, err := g.acquire(context.Background()); !errors.Is(err, ErrAdmissionTimeout) {
-		t.Fatalf("second waiter: got %v, want ErrAdmissionTimeout at once", err)
+	var queued []<-chan error
+	for range 4 {
+		queued = append(queued, acquireAsync(t, g, context.Background()))
 	}
-	if s := gateStats(g); s.RejectedTimeout != 1 || s.Waiting != 1 {
-		t.Errorf("stats = %+v", s)
+	waitFor(t, "four waiters", func() bool { return gateStats(g).Waiting == 4 })
+	if _, err := g.acquire(context.Background()); !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("the operation beyond B + Q: got %v, want ErrAdmissionFull", err)
 	}
-	for range 3 {
+	for _, c := range queued {
 		g.release(nil)
-	}
-	<-a
-}
-
-// In sustained overload the one waiter is the newest arrival: the one before it is refused.
-func TestAutoGateInSustainedOverloadServesTheNewestArrival(t *testing.T) {
-	g := newAutoGate(8, 8, 1, time.Minute)
-	g.mu.Lock()
-	g.lim.service, g.lim.sustained = 10*time.Millisecond, true
-	g.mu.Unlock()
-	mustAcquire(t, g)
-	oldest := acquireAsync(t, g, context.Background())
-	newest := make(chan error, 1)
-	go func() {
-		_, err := g.acquire(context.Background())
-		newest <- err
-	}()
-	select {
-	case err := <-oldest:
-		if !errors.Is(err, ErrAdmissionTimeout) {
-			t.Fatalf("the displaced waiter got %v, want ErrAdmissionTimeout", err)
+		if err := <-c; err != nil {
+			t.Fatalf("waiter: %v", err)
 		}
-	case err := <-newest:
-		t.Fatalf("the newest arrival got %v while the oldest kept waiting", err)
 	}
-	waitFor(t, "the newest arrival queued", func() bool { return gateStats(g).Waiting == 1 })
-	g.release(nil)
-	if err := <-newest; err != nil {
-		t.Fatalf("the newest arrival: %v", err)
-	}
-	if s := gateStats(g); s.Running != 1 || s.Waiting != 0 || s.RejectedTimeout != 1 || s.Admitted != 2 {
-		t.Errorf("stats = %+v, want 1 running, none waiting, 1 refused, 2 admitted", s)
+	if s := gateStats(g); s.RejectedTimeout != 0 || s.RejectedFull != 1 || s.Admitted != 5 {
+		t.Errorf("stats = %+v, want 5 admitted, 1 refused as full, none timed out", s)
 	}
 	g.release(nil)
 }
@@ -224,8 +198,6 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 			g.mu.Lock()
 			g.setLimitLocked(1 + r.IntN(ceiling))
 			epoch.Add(1)
-			// In and out of sustained overload, where an arrival displaces the one waiter.
-			g.lim.sustained, g.lim.service = r.IntN(2) == 0, time.Duration(r.IntN(4000))*time.Microsecond
 			g.mu.Unlock()
 			time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
 		}
@@ -270,6 +242,12 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 	}
 }
 
+// stateErr is a server error with an SQLSTATE.
+type stateErr string
+
+func (e stateErr) Error() string    { return "server error " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
 // errAllocProbe is a server error that says nothing about load, made once.
 var errAllocProbe error = stateErr("23505")
 
@@ -299,8 +277,8 @@ func TestAutoAddsNoAllocationToAFailingCall(t *testing.T) {
 func TestSetLimitsBoundsAnAutoGateBelowItsMinimum(t *testing.T) {
 	g := newTestGate(4, 4, time.Minute)
 	g.autoLimit(true, 2)
-	if s := gateStats(g); s.Concurrent != 2 {
-		t.Fatalf("auto gate starts at Concurrent = %d, want its minimum 2", s.Concurrent)
+	if s := gateStats(g); s.Concurrent != 4 {
+		t.Fatalf("auto gate starts at Concurrent = %d, want its ceiling 4", s.Concurrent)
 	}
 	for _, b := range []int{1, 0} {
 		g.setLimits(b, b)
@@ -312,4 +290,110 @@ func TestSetLimitsBoundsAnAutoGateBelowItsMinimum(t *testing.T) {
 	if s := gateStats(g); s.Concurrent < 2 || s.Concurrent > 3 {
 		t.Errorf("after setLimits(3, 3): Concurrent = %d, want between the minimum 2 and the ceiling 3", s.Concurrent)
 	}
+}
+
+// runCallers runs n callers of workload (the default when ""), each making calls calls of query
+// one after another, and returns how many succeeded and how many the gate refused. Any other
+// error fails t.
+func runCallers(t *testing.T, db *sql.DB, workload, query string, n, calls int) (ok, refused int64) {
+	t.Helper()
+	ctx := context.Background()
+	if workload != "" {
+		ctx = WithWorkload(ctx, workload)
+	}
+	var okN, refusedN atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for range calls {
+				switch _, err := db.ExecContext(ctx, query); {
+				case err == nil:
+					okN.Add(1)
+				case IsRejected(err):
+					refusedN.Add(1)
+				default:
+					t.Errorf("%s: %v", query, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return okN.Load(), refusedN.Load()
+}
+
+// A fresh gate_concurrent=auto gate serves what a fixed B at its ceiling serves until it has
+// evidence that fewer is better: three callers of a 50 ms query, from the first call on, fit a
+// ceiling of three (or ten) and none is refused.
+func TestAutoColdStartRefusesNoCallThatFits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s of load per driver and case")
+	}
+	for _, c := range []struct{ name, params, workload string }{
+		{"batch workload", "gate_max_conns=10&gate_concurrent=auto&gate_queue=8&gate_workloads=batch:3:2:50ms:auto", "batch"},
+		{"default workload", "gate_max_conns=10&gate_concurrent=auto&gate_queue=8", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runPG(t, c.params, func(t *testing.T, e *pgEnv) {
+				ok, refused := runCallers(t, e.db, c.workload, "SELECT pg_sleep(0.05)", 3, 60)
+				if refused != 0 {
+					t.Errorf("%d of %d calls refused (%d succeeded); three callers fit the ceiling", refused, ok+refused, ok)
+				}
+			})
+		})
+	}
+}
+
+// storm runs callers that retry at once when refused, each until the calls of all of them that
+// succeeded reach total or stop is set, and returns how many succeeded and were refused.
+func storm(t *testing.T, db *sql.DB, query string, callers int, total int64, stop *atomic.Bool) (ok, refused int64) {
+	t.Helper()
+	var okN, refusedN atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for okN.Load() < total && (stop == nil || !stop.Load()) {
+				switch _, err := db.ExecContext(context.Background(), query); {
+				case err == nil:
+					okN.Add(1)
+				case IsRejected(err):
+					refusedN.Add(1)
+				default:
+					t.Errorf("%s: %v", query, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return okN.Load(), refusedN.Load()
+}
+
+// Idle forgets: a burst after a retry storm and two idle seconds is refused no more than the same
+// burst after a calm load and two idle seconds. Eleven callers fit a limit of 8 and a queue of 16.
+func TestAutoBurstAfterAnIdleStormIsRefusedNoMoreThanAfterAnIdleCalm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idle seconds")
+	}
+	const params = "gate_max_conns=8&gate_concurrent=auto&gate_queue=16&gate_queue_wait=3s"
+	forEachDriver(t, func(t *testing.T, drv string) {
+		burst := func(load func(db *sql.DB)) int64 {
+			db, c, _ := openPG(t, drv, params)
+			load(db)
+			limit := c.Stats().Concurrent
+			time.Sleep(2 * time.Second) // the idle time under test, not a synchronization
+			_, refused := runCallers(t, db, "", "SELECT pg_sleep(0.05)", 11, 1)
+			t.Logf("limit %d after the load; the burst: %d refused", limit, refused)
+			return refused
+		}
+		afterStorm := burst(func(db *sql.DB) {
+			if _, refused := storm(t, db, "SELECT pg_sleep(0.02)", 40, 400, nil); refused == 0 {
+				t.Error("40 callers against 8 + 16 permits were never refused: no storm")
+			}
+		})
+		afterCalm := burst(func(db *sql.DB) { runCallers(t, db, "", "SELECT pg_sleep(0.02)", 8, 50) })
+		if afterStorm > afterCalm {
+			t.Errorf("a burst of 11 after an idle storm: %d refused; after an idle calm: %d", afterStorm, afterCalm)
+		}
+	})
 }

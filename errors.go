@@ -12,9 +12,8 @@ var ErrAdmissionFull = errors.New("gated: admission full: too many operations ru
 
 // ErrAdmissionTimeout is returned when an admitted operation waited gate_queue_wait for an
 // execution permit without getting one, when gate_queue_wait is 0 and no permit was free, or
-// when the queue refused it sooner: gate_queue_order=adaptive shedding a standing queue, or
-// gate_concurrent=auto bounding the queue's delay (docs/adaptive.md). The admission permit has
-// been returned when the caller sees it.
+// when gate_queue_order=adaptive refused it sooner, shedding a standing queue. The admission
+// permit has been returned when the caller sees it.
 var ErrAdmissionTimeout = errors.New("gated: timed out waiting for an execution permit")
 
 // ErrCommitUnknown is returned by Commit when the COMMIT may have reached the server and no answer
@@ -52,8 +51,8 @@ const (
 	// refused at once. The error wraps [ErrAdmissionFull].
 	RejectFull RejectReason = iota + 1
 	// RejectTimeout: no execution permit came within gate_queue_wait (at once when it is 0,
-	// or sooner when gate_queue_order=adaptive sheds a standing queue or gate_concurrent=auto
-	// bounds the queue's delay). The error wraps [ErrAdmissionTimeout].
+	// or sooner when gate_queue_order=adaptive sheds a standing queue). The error wraps
+	// [ErrAdmissionTimeout].
 	RejectTimeout
 )
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/gatedsql/gated/internal/limiter"
 )
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
@@ -24,7 +26,7 @@ type gate struct {
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	lim        *adaptiveLimit // gate_concurrent=auto (limiter.go), which sets concurrent; nil for a fixed B
+	lim        *limiter.Limit // gate_concurrent=auto (internal/limiter), which sets concurrent; nil for a fixed B
 	running    int            // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
 	waiting    int            // waiters in the FIFO list
 	head, tail *waiter        // operations waiting for an execution permit, oldest first
@@ -85,12 +87,12 @@ func newGate(cfg gateConfig, p *pool) *gate {
 	return g
 }
 
-// autoLimit makes the gate's B a ceiling for gate_concurrent=auto, starting at min, when auto is
-// set. It is called before the gate is used.
+// autoLimit makes the gate's B a ceiling for gate_concurrent=auto, with min the lowest limit, when
+// auto is set. The limit starts at the ceiling (internal/limiter). It is called before the gate is used.
 func (g *gate) autoLimit(auto bool, min int) {
 	if auto {
-		g.lim = newAdaptiveLimit(chosenAlgorithm(), min, g.concurrent)
-		g.concurrent = g.lim.current()
+		g.lim = limiter.New(min, g.concurrent)
+		g.concurrent = g.lim.Current()
 	}
 }
 
@@ -108,9 +110,6 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		return nil, waitError(err)
 	}
 	g.mu.Lock()
-	if g.lim != nil {
-		g.lim.arrived()
-	}
 	switch {
 	case g.closed:
 		g.canceled++
@@ -126,13 +125,10 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.admitted++
 		g.mu.Unlock()
 		return nil, nil
-	case g.queueWait <= 0 || g.lim != nil && g.lim.queueTooLong(g.waiting, g.concurrent):
+	case g.queueWait <= 0:
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
-	case g.lim != nil && g.lim.displaces(g.waiting):
-		// Sustained overload: the newest arrival takes the oldest waiter's place (limiter.go).
-		g.refuseLocked(g.head)
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
@@ -234,8 +230,8 @@ func (g *gate) release(pc *physConn) {
 // the lock release takes anyway.
 func (g *gate) releaseSample(pc *physConn, now, hold time.Duration, o outcome) {
 	g.mu.Lock()
-	if g.lim != nil && g.lim.observe(now, hold, o, g.running, g.waiting) {
-		g.concurrent = g.lim.current()
+	if g.lim != nil && g.lim.Observe(now, hold, o, g.running, g.waiting) {
+		g.concurrent = g.lim.Current()
 	}
 	g.releaseLocked(pc)
 }
@@ -320,11 +316,11 @@ func (g *gate) lendBalanceLocked() int {
 }
 
 // setLimitLocked sets the current limit of a gate_concurrent=auto gate, within its bounds, and
-// hands the permits a raise frees to waiters at once. Lowering it takes no permit from a running
-// operation: releases return permits until running is within it.
+// hands the permits a raise frees to waiters at once; a limit so set ends the cold start. Lowering
+// it takes no permit from a running operation: releases return permits until running is within it.
 func (g *gate) setLimitLocked(n int) {
-	g.lim.limit = float64(n)
-	g.concurrent = g.lim.current()
+	g.lim.Set(n)
+	g.concurrent = g.lim.Current()
 	g.grantRaisedLocked()
 }
 
@@ -340,8 +336,8 @@ func (g *gate) setLimits(b, q int) {
 	defer g.mu.Unlock()
 	g.queue = q
 	if g.lim != nil {
-		g.lim.setCeiling(b)
-		g.concurrent = g.lim.current()
+		g.lim.SetCeiling(b)
+		g.concurrent = g.lim.Current()
 	} else {
 		g.concurrent = b
 	}

@@ -870,8 +870,8 @@ func (b *bench) steadyScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	defer plain.close()
 	w := cpuWork(b.ac.cpuRows)
-	// Plain's, as in the other scenarios: auto starts at its minimum, so a closed loop on it
-	// would measure its climb, not the server.
+	// Plain's, as in the other scenarios: a closed loop on auto would measure its cold start
+	// (the descent from its ceiling), not the server.
 	capacity, err := b.capacity(ctx, plain, w)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package gated
+package limiter
 
 import (
 	"context"
@@ -90,8 +90,8 @@ type phase struct {
 	d      time.Duration
 	db     dbModel
 	demand int
-	end    outcome
-	fast   time.Duration // hold time of outcomeFailed operations (fails fast)
+	end    Outcome
+	fast   time.Duration // hold time of Failed operations (fails fast)
 	// jitter: the log-normal spread of a factor on every hold time that changes every
 	// jitterSlice, as a shared machine's speed does (0: none).
 	jitter float64
@@ -115,7 +115,7 @@ type simTrace struct {
 }
 
 func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrace {
-	a := newAdaptiveLimit(alg(), minL, maxL)
+	a := newLimit(alg(), minL, maxL)
 	rng := rand.New(rand.NewPCG(1+*simNoise, 2))
 	jrng := rand.New(rand.NewPCG(3+*simNoise, 4))
 	var tr simTrace
@@ -134,13 +134,13 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 					db = ph.calm
 				}
 			}
-			running := min(a.current(), ph.demand)
+			running := min(a.Current(), ph.demand)
 			if running == 0 {
 				now += 10 * time.Millisecond
 				continue
 			}
 			mean := db(running)
-			if ph.end == outcomeFailed && ph.fast > 0 {
+			if ph.end == Failed && ph.fast > 0 {
 				mean = ph.fast
 			}
 			// One completion of running operations each taking about mean, at the machine's
@@ -151,10 +151,10 @@ func simulate(alg func() limitAlgorithm, minL, maxL int, phases []phase) simTrac
 			if ph.demand > running {
 				waiting = 1
 			}
-			if a.observe(now, hold, ph.end, running, waiting) {
-				limits = append(limits, a.current())
+			if a.Observe(now, hold, ph.end, running, waiting) {
+				limits = append(limits, a.Current())
 			}
-			if now >= half && ph.end == outcomeOK {
+			if now >= half && ph.end == OK {
 				ok++
 				holds = append(holds, hold)
 			}
@@ -749,11 +749,15 @@ func TestLimiterStaysSteadyUnderSteadyOverload(t *testing.T) {
 
 func TestLimiterDoesNotRiseWithoutDemand(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
-		// Two operations at a time on a server with room for eight: the limit follows demand
-		// up to 2 and stops there, instead of creeping to the ceiling at a steady gradient.
-		tr := simulate(alg, 1, simP, []phase{{d: 60 * time.Second, db: sleepBound(simS), demand: 2}})
-		if _, hi := rangeOf(tr.limits[0]); hi > 3 {
-			t.Errorf("limits %v, want at most 3 for a demand of 2", tr.limits[0])
+		// Two operations at a time on a server with room for eight, after a CPU-bound load
+		// brought the limit to its knee: the limit follows demand up to 2 and stops there,
+		// instead of creeping to the ceiling at a steady gradient.
+		tr := simulate(alg, 1, simP, []phase{
+			{d: 20 * time.Second, db: cpuBound(simS, 2), demand: 100},
+			{d: 60 * time.Second, db: sleepBound(simS), demand: 2},
+		})
+		if _, hi := rangeOf(tr.limits[1]); hi > 3 {
+			t.Errorf("limits %v, want at most 3 for a demand of 2", tr.limits[1])
 		}
 	})
 }
@@ -764,8 +768,8 @@ func TestLimiterDoesNotRiseOnFailuresOrTimeouts(t *testing.T) {
 			name string
 			ph   phase
 		}{
-			{"fast failures", phase{d: 30 * time.Second, db: cpuBound(simS, 2), demand: 100, end: outcomeFailed, fast: 50 * time.Microsecond}},
-			{"steady timeouts", phase{d: 30 * time.Second, db: sleepBound(time.Second), demand: 100, end: outcomeOverload}},
+			{"fast failures", phase{d: 30 * time.Second, db: cpuBound(simS, 2), demand: 100, end: Failed, fast: 50 * time.Microsecond}},
+			{"steady timeouts", phase{d: 30 * time.Second, db: sleepBound(time.Second), demand: 100, end: Overload}},
 		} {
 			db := cpuBound(simS, 2)
 			tr := simulate(alg, 1, simP, []phase{{d: 20 * time.Second, db: db, demand: 100}, c.ph})
@@ -779,19 +783,19 @@ func TestLimiterDoesNotRiseOnFailuresOrTimeouts(t *testing.T) {
 
 func TestLimiterIgnoresOneFastOutlier(t *testing.T) {
 	forAlgorithms(t, func(t *testing.T, alg func() limitAlgorithm) {
-		a := newAdaptiveLimit(alg(), 1, simP)
+		a := newLimit(alg(), 1, simP)
 		now := time.Duration(0)
 		feed := func(n int, hold time.Duration) {
 			for range n {
 				now += time.Millisecond
-				a.observe(now, hold, outcomeOK, a.current(), 1)
+				a.Observe(now, hold, OK, a.Current(), 1)
 			}
 		}
 		feed(2000, 10*time.Millisecond)
-		before := a.current()
+		before := a.Current()
 		feed(1, time.Microsecond)
 		feed(2000, 10*time.Millisecond)
-		if got := a.current(); got < before {
+		if got := a.Current(); got < before {
 			t.Errorf("limit fell from %d to %d after one 1 µs sample", before, got)
 		}
 		if a.base.value < 9*time.Millisecond {
@@ -819,11 +823,11 @@ func TestLimiterCandidates(t *testing.T) {
 }
 
 func TestLimiterObserveAllocatesNothing(t *testing.T) {
-	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
+	a := newLimit(chosenAlgorithm(), 1, simP)
 	now := time.Duration(0)
 	if allocs := testing.AllocsPerRun(10000, func() {
 		now += 100 * time.Microsecond
-		a.observe(now, 5*time.Millisecond, outcomeOK, a.current(), 1)
+		a.Observe(now, 5*time.Millisecond, OK, a.Current(), 1)
 	}); allocs != 0 {
 		t.Errorf("observe allocates %v times per sample", allocs)
 	}
@@ -835,20 +839,20 @@ func TestOutcomeOf(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want outcome
+		want Outcome
 	}{
-		{context.Background(), nil, outcomeOK},
-		{context.Background(), errors.New("syntax error"), outcomeFailed},
-		{context.Background(), stateErr("57014"), outcomeOverload},
-		{context.Background(), stateErr("55P03"), outcomeOverload},
-		{context.Background(), stateErr("40001"), outcomeOverload},
-		{context.Background(), stateErr("53300"), outcomeOverload},
-		{context.Background(), stateErr("23505"), outcomeFailed},
-		{ctx, errors.New("gated: canceled"), outcomeOverload},
-		{context.Background(), fmt.Errorf("x: %w", context.DeadlineExceeded), outcomeOverload},
+		{context.Background(), nil, OK},
+		{context.Background(), errors.New("syntax error"), Failed},
+		{context.Background(), stateErr("57014"), Overload},
+		{context.Background(), stateErr("55P03"), Overload},
+		{context.Background(), stateErr("40001"), Overload},
+		{context.Background(), stateErr("53300"), Overload},
+		{context.Background(), stateErr("23505"), Failed},
+		{ctx, errors.New("gated: canceled"), Overload},
+		{context.Background(), fmt.Errorf("x: %w", context.DeadlineExceeded), Overload},
 	} {
-		if got := outcomeOf(c.ctx, c.err); got != c.want {
-			t.Errorf("outcomeOf(%v) = %d, want %d", c.err, got, c.want)
+		if got := OutcomeOf(c.ctx, c.err); got != c.want {
+			t.Errorf("OutcomeOf(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
 }
@@ -869,67 +873,56 @@ func TestHoldHistMedian(t *testing.T) {
 	}
 }
 
-func TestLimiterQueueBoundFollowsServiceTime(t *testing.T) {
-	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
-	if a.queueTooLong(100, 1) {
-		t.Error("a queue is bounded before the first window measured a service time")
-	}
+func TestLimiterStartsAtTheCeilingAndDescendsOnlyWhileFewerServeAsMuch(t *testing.T) {
 	for _, c := range []struct {
-		service        time.Duration
-		limit, waiting int
-		sustained      bool
-		want           bool
+		name   string
+		db     dbModel
+		demand int
+		lo, hi int // the lowest limit of the run, and the last
 	}{
-		{10 * time.Millisecond, 2, 0, false, false}, // first in line: 10ms / 2 ≤ half of 10ms
-		{10 * time.Millisecond, 2, 1, false, true},  // second: 10ms
-		{10 * time.Millisecond, 8, 3, false, false},
-		{10 * time.Millisecond, 8, 4, false, true},
-		{100 * time.Microsecond, 2, 99, false, false}, // fast queries: CoDel's 5ms is the bound
-		{100 * time.Microsecond, 2, 100, false, true},
-		// Sustained overload: displaces bounds the queue instead.
-		{10 * time.Millisecond, 2, 0, true, false},
-		{10 * time.Millisecond, 8, 4, true, false},
-		{10 * time.Millisecond, 1, 0, true, false},
+		// Demand within the ceiling: nothing waits, nothing to learn, the ceiling stays.
+		{"demand within the ceiling", cpuBound(simS, 2), 3, simP, simP},
+		// A sleeping query: the one halving costs half the throughput and is undone.
+		{"sleeping query", sleepBound(simS), 100, simP / 2, simP},
+		// A CPU-bound one: fewer serve as much, down to one, which serves half: back to two.
+		{"CPU-bound query", cpuBound(simS, 2), 100, 1, -1},
 	} {
-		a.service, a.sustained = c.service, c.sustained
-		if got := a.queueTooLong(c.waiting, c.limit); got != c.want {
-			t.Errorf("service %v, limit %d, %d waiting, sustained %v: queueTooLong = %v, want %v", c.service, c.limit, c.waiting, c.sustained, got, c.want)
-		}
-	}
-}
-
-func TestLimiterDisplacesTheWaiterOnlyInSustainedOverload(t *testing.T) {
-	a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
-	a.service = 10 * time.Millisecond
-	for _, c := range []struct {
-		sustained bool
-		waiting   int
-		want      bool
-	}{{false, 0, false}, {false, 1, false}, {true, 0, false}, {true, 1, true}} {
-		a.sustained = c.sustained
-		if got := a.displaces(c.waiting); got != c.want {
-			t.Errorf("sustained %v, %d waiting: displaces = %v, want %v", c.sustained, c.waiting, got, c.want)
-		}
-	}
-}
-
-func TestLimiterTellsSustainedOverloadByArrivals(t *testing.T) {
-	for _, c := range []struct {
-		perEnd int // arrivals per operation that ends
-		want   bool
-	}{{1, false}, {3, false}, {4, true}, {10, true}} {
-		a := newAdaptiveLimit(chosenAlgorithm(), 1, simP)
-		now := time.Duration(0)
-		for range 2 * windowSamples {
-			for range c.perEnd {
-				a.arrived()
+		t.Run(c.name, func(t *testing.T) {
+			tr := simulate(chosenAlgorithm, 1, simP, []phase{{d: 5 * time.Second, db: c.db, demand: c.demand}})
+			l := tr.limits[0]
+			if lo, _ := rangeOf(l); lo < c.lo {
+				t.Errorf("the limit fell to %d, want ≥ %d (limits %v)", lo, c.lo, l)
 			}
-			now += windowMin / windowSamples
-			a.observe(now, time.Millisecond, outcomeOK, 1, 0)
+			if c.hi > 0 && lastOf(l) != c.hi {
+				t.Errorf("the limit ended at %d, want %d (limits %v)", lastOf(l), c.hi, l)
+			}
+			if c.hi < 0 && (lastOf(l) < 2 || lastOf(l) > 3) {
+				t.Errorf("the limit ended at %d, want the knee, 2 or 3 (limits %v)", lastOf(l), l)
+			}
+		})
+	}
+}
+
+// Idle forgets: samples of an overload that left a window open, then a second of idle time, say
+// nothing of the load after it. The window after the idle time holds only what came after.
+func TestLimiterForgetsAnOpenWindowAfterIdleTime(t *testing.T) {
+	a := newLimit(chosenAlgorithm(), 1, simP)
+	now := time.Duration(0)
+	feed := func(n int, every, hold time.Duration, o Outcome) {
+		for range n {
+			now += every
+			a.Observe(now, hold, o, a.Current(), 0)
 		}
-		if a.sustained != c.want {
-			t.Errorf("%d arrivals per ended operation: sustained = %v, want %v", c.perEnd, a.sustained, c.want)
-		}
+	}
+	// Warm: flat service at the ceiling.
+	feed(200, time.Millisecond, 5*time.Millisecond, OK)
+	before := a.Current()
+	// Ten timeouts, fewer than a window's samples: the window stays open.
+	feed(10, time.Millisecond, time.Second, Overload)
+	now += 2 * time.Second
+	feed(windowSamples, windowMin/windowSamples+time.Millisecond, 5*time.Millisecond, OK)
+	if got := a.Current(); got < before {
+		t.Errorf("the limit fell from %d to %d on timeouts from before two idle seconds", before, got)
 	}
 }
 
