@@ -103,14 +103,14 @@ func TestFleetNewcomerIsSeatedOnNotification(t *testing.T) {
 			defer ft.watchDeclared()()
 			dial, _ := ft.dialerWith(drv, "")
 			_, ta := ft.member(dial, nil)
-			waitShares(t, "alone", []*fakeTarget{ta}, 12)
+			ft.waitShares("alone", []*fakeTarget{ta}, 12)
 			b, tb := ft.member(dial, nil)
-			waitShares(t, "a newcomer beside the first", []*fakeTarget{ta, tb}, 6, 6)
+			ft.waitShares("a newcomer beside the first", []*fakeTarget{ta, tb}, 6, 6)
 			_, tc := ft.member(dial, nil)
-			waitShares(t, "a third", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
+			ft.waitShares("a third", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 			b.close()
 			tb.gone()
-			waitShares(t, "after the second left", []*fakeTarget{ta, tc}, 6, 6)
+			ft.waitShares("after the second left", []*fakeTarget{ta, tc}, 6, 6)
 		})
 	}
 }
