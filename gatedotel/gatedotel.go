@@ -66,7 +66,9 @@
 // gated.fleet.connections.total_limit ({connection}), per workload
 // gated.fleet.concurrent.total_limit and gated.fleet.queue.total_limit ({operation}),
 // gated.fleet.seated (1 while the instance holds a share, else 0; summed over the instances, how
-// many are seated), and the counters gated.fleet.share_changes and gated.fleet.refresh_errors.
+// many are seated), gated.fleet.schema_missing (1 while the fleet's table or functions are
+// missing and the role may not create them), and the counters gated.fleet.share_changes and
+// gated.fleet.refresh_errors.
 // Outside a fleet they have no points, so that an alert on gated.fleet.seated = 0 fires only for
 // an instance of a fleet. Every workload of the Connector
 // ([gated.Connector.AllStats]) has its series, present from the first collection;
@@ -354,6 +356,7 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	fleetSeated := udc("gated.fleet.seated", instanceUnit, "1 while this instance holds a share of the fleet's connections, else 0 (it refuses every operation).")
 	fleetShareChanges := ctr("gated.fleet.share_changes", "{change}", "Times this instance's share of the fleet changed.")
 	fleetRefreshErrors := ctr("gated.fleet.refresh_errors", "{refresh}", "Lease refreshes of this instance that failed (the share is kept, never grown, until it is fenced).")
+	fleetSchemaMissing := udc("gated.fleet.schema_missing", instanceUnit, "1 while the fleet's table or this version's functions are missing and this instance's role may not create them, else 0.")
 	if err != nil {
 		return nil, err
 	}
@@ -411,13 +414,10 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 			ob.ObserveInt64(fleetMembers, int64(fleet.Members), poolOnly)
 			ob.ObserveInt64(fleetConns, int64(fleet.Conns), poolOnly)
 			ob.ObserveInt64(fleetTotalConns, int64(fleet.TotalConns), poolOnly)
-			var seated int64
-			if fleet.Seated {
-				seated = 1
-			}
-			ob.ObserveInt64(fleetSeated, seated, poolOnly)
+			ob.ObserveInt64(fleetSeated, boolValue(fleet.Seated), poolOnly)
 			ob.ObserveInt64(fleetShareChanges, fleet.ShareChanges, poolOnly)
 			ob.ObserveInt64(fleetRefreshErrors, fleet.RefreshErrors, poolOnly)
+			ob.ObserveInt64(fleetSchemaMissing, boolValue(fleet.SchemaMissing), poolOnly)
 		}
 		return nil
 	}, insts...)
@@ -429,4 +429,12 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 		detach = c.Attach(o)
 	}
 	return registration{Registration: reg, detach: detach}, nil
+}
+
+// boolValue is an instrument's value for a condition: 1 while it holds, else 0.
+func boolValue(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

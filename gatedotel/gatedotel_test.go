@@ -273,6 +273,7 @@ func TestFleetInstruments(t *testing.T) {
 		{"gated.fleet.seated", "{instance}", []attribute.KeyValue{pool}, 1},
 		{"gated.fleet.share_changes", "{change}", []attribute.KeyValue{pool}, f.ShareChanges},
 		{"gated.fleet.refresh_errors", "{refresh}", []attribute.KeyValue{pool}, f.RefreshErrors},
+		{"gated.fleet.schema_missing", "{instance}", []attribute.KeyValue{pool}, 0},
 		{"gated.connections.closed", "{connection}", []attribute.KeyValue{pool, CloseReasonKey.String("shrunk")}, s.Pool.ClosedShrunk},
 	} {
 		if got := value(t, pts, tc.name, tc.unit, tc.attrs...); got != tc.want {

@@ -98,6 +98,7 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 		fleetSeated:       d("gated_fleet_seated", "1 while this instance holds a share of the fleet's connections, else 0 (it refuses every operation)."),
 		fleetShareChanges: d("gated_fleet_share_changes_total", "Times this instance's share of the fleet changed."),
 		fleetRefreshErrs:  d("gated_fleet_refresh_errors_total", "Lease refreshes of this instance that failed (the share is kept, never grown, until it is fenced)."),
+		fleetSchemaMiss:   d("gated_fleet_schema_missing", "1 while the fleet's table or this version's functions are missing and this instance's role may not create them, else 0."),
 	}
 	return col
 }
@@ -119,6 +120,7 @@ type collector struct {
 	fleetMembers, fleetConns, fleetTotalConns *prometheus.Desc
 	fleetConcurrent, fleetQueue, fleetSeated  *prometheus.Desc
 	fleetShareChanges, fleetRefreshErrs       *prometheus.Desc
+	fleetSchemaMiss                           *prometheus.Desc
 }
 
 // Describe sends every metric's description, histograms included even without an Observer and
@@ -131,7 +133,7 @@ func (col *collector) Describe(ch chan<- *prometheus.Desc) {
 		col.wait, col.connect, col.hold, col.statement,
 		col.conns, col.connsMax, col.opened, col.closed, col.connectErrors, col.connectCanc,
 		col.fleetMembers, col.fleetConns, col.fleetTotalConns, col.fleetConcurrent, col.fleetQueue,
-		col.fleetSeated, col.fleetShareChanges, col.fleetRefreshErrs,
+		col.fleetSeated, col.fleetShareChanges, col.fleetRefreshErrs, col.fleetSchemaMiss,
 	} {
 		ch <- d
 	}
@@ -192,12 +194,17 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(col.fleetMembers, float64(fleet.Members))
 		gauge(col.fleetConns, float64(fleet.Conns))
 		gauge(col.fleetTotalConns, float64(fleet.TotalConns))
-		seated := 0.0
-		if fleet.Seated {
-			seated = 1
-		}
-		gauge(col.fleetSeated, seated)
+		gauge(col.fleetSeated, boolGauge(fleet.Seated))
 		counter(col.fleetShareChanges, fleet.ShareChanges)
 		counter(col.fleetRefreshErrs, fleet.RefreshErrors)
+		gauge(col.fleetSchemaMiss, boolGauge(fleet.SchemaMissing))
 	}
+}
+
+// boolGauge is a gauge's value for a condition: 1 while it holds, else 0.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -222,6 +222,7 @@ func TestCollectorExportsFleet(t *testing.T) {
 		{"gated_fleet_seated", gauge("gated_fleet_seated"), 1},
 		{"gated_fleet_share_changes_total", counter("gated_fleet_share_changes_total"), f.ShareChanges},
 		{"gated_fleet_refresh_errors_total", counter("gated_fleet_refresh_errors_total"), f.RefreshErrors},
+		{"gated_fleet_schema_missing", gauge("gated_fleet_schema_missing"), 0},
 		{"gated_connections_closed_total{reason=shrunk}", counter("gated_connections_closed_total", "reason", "shrunk"), all[gated.DefaultWorkload].Pool.ClosedShrunk},
 	} {
 		if tc.got != float64(tc.want) {

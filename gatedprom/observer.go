@@ -36,7 +36,8 @@
 // gate_max_conns, its working connections; its lease connection is one more), gated_fleet_connections_total_limit, per
 // workload gated_fleet_concurrent_total_limit and gated_fleet_queue_total_limit (the fleet's B
 // and Q; the instance's share is gated_concurrent_limit and gated_queue_limit), and
-// gated_fleet_seated (1 while the instance holds a share, else 0); counters
+// gated_fleet_seated (1 while the instance holds a share, else 0), gated_fleet_schema_missing (1
+// while the fleet's table or functions are missing and the role may not create them); counters
 // gated_fleet_share_changes_total and gated_fleet_refresh_errors_total. Outside a fleet they are
 // not exported, so that an alert on gated_fleet_seated == 0 fires only for an instance of a
 // fleet, never for a Connector that is in none.

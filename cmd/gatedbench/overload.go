@@ -209,7 +209,7 @@ func runQuery(ctx context.Context, cfg config, p *progress, q querySpec, qi uint
 		}
 		oq.Rows = append(oq.Rows, rows...)
 		if auto != nil {
-			// gate_concurrent=auto, warmed up at the same load first: it starts at its minimum.
+			// gate_concurrent=auto, warmed up at the same load first: it starts at its ceiling.
 			src := rand.NewPCG(uint64(cfg.ArrivalSeed), qi<<32|uint64(li+1))
 			warm := cfg
 			warm.Duration = min(time.Second, cfg.Duration)
