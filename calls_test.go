@@ -108,7 +108,9 @@ func TestExplicitTransactionOnAPinnedConnDoesNotLeakTheDeadline(t *testing.T) {
 		if err := c.PingContext(context.Background()); err != nil { // connected before the short deadline
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		// A deadline the server's limit, rounded up, keeps well below the sleep below, and long
+		// enough that BEGIN meets it on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err = c.ExecContext(ctx, "BEGIN")
 		cancel()
 		if err != nil {
@@ -120,7 +122,7 @@ func TestExplicitTransactionOnAPinnedConnDoesNotLeakTheDeadline(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.db.Exec("SELECT pg_sleep(0.3)"); err != nil {
+		if _, err := e.db.Exec("SELECT pg_sleep(1.5)"); err != nil {
 			t.Fatalf("a caller without a deadline after the pinned connection's transaction: %v (SQLSTATE %q)", err, driverSQLState(e.drv, err))
 		}
 	})
