@@ -228,6 +228,11 @@ func (c *pqConn) refusedStale(err error) bool {
 	return errors.As(err, &e) && staleRefusal(string(e.Code), e.Message, e.Where, e.Routine)
 }
 
+// pqNotifyPoll bounds how long a lib/pq lease connection waits on its socket before it sends an
+// empty statement anyway (see waitNotify): a notification lib/pq holds in its buffer is seen this
+// late at most.
+const pqNotifyPoll = time.Second
+
 // maxPQNotified bounds the payloads a lib/pq connection keeps between two waitNotify calls; one
 // not kept was not self's, since self's comes once per statement that notifies.
 const maxPQNotified = 16
@@ -236,7 +241,7 @@ const maxPQNotified = 16
 // it to the connection's notification handler), and has nothing to wait on an idle connection.
 // So the first call sets the handler, which records the payloads; then, as long as none but self's
 // is recorded, it waits until the socket has something to read (waitReadable, which takes
-// nothing from it) and lets lib/pq read it with an empty statement. The handler replaces any the
+// nothing from it), or pqNotifyPoll at most, and lets lib/pq read it with an empty statement. The handler replaces any the
 // connection had: waitNotify is called only on the fleet's lease connection, which the
 // application never sees.
 func (c *pqConn) waitNotify(ctx context.Context, self string) error {
@@ -258,11 +263,21 @@ func (c *pqConn) waitNotify(ctx context.Context, self string) error {
 		if c.takeNotified(self) {
 			return nil
 		}
-		if err := waitReadable(ctx, c.sock.Conn); err != nil {
+		// lib/pq reads the socket through a buffer: a notification that came in the same read as
+		// the end of the empty statement's answer stays there, unread, and the socket shows
+		// nothing more. So the wait on the socket is bounded, and the empty statement that
+		// follows reads what the buffer holds.
+		poll, cancel := context.WithTimeout(ctx, pqNotifyPoll)
+		err := waitReadable(poll, c.sock.Conn)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
 		w := c.sock.watch(ctx, 0)
-		err := execSimple(ctx, c.dc, "")
+		err = execSimple(ctx, c.dc, "")
 		if w.end() && err == nil {
 			err = ctx.Err()
 		}
