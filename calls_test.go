@@ -248,6 +248,9 @@ func TestLibPQTransactionStatusIsRead(t *testing.T) {
 func TestLibPQRowsReadReturnsAtItsDeadlineDuringAPartition(t *testing.T) {
 	p, base := proxied(t)
 	withPG(t, base, "postgres", oneAtATime, func(t *testing.T, e *pgEnv) {
+		if err := e.db.PingContext(context.Background()); err != nil { // connected before the short deadline
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		rows, err := e.db.QueryContext(ctx, "SELECT repeat('x', 1000) FROM generate_series(1, 100000)")

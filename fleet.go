@@ -243,11 +243,11 @@ func (m *fleetMember) turn() time.Duration {
 		// Looked for again after every refresh that found something missing: the table may have
 		// been dropped (the functions survive it) or a function (the table survives it).
 		if err := ensureFleetSchema(ctx, m.conn, m.cfg.table); err != nil {
-			m.setSchemaMissing(sqlState(err) == "42501")
+			m.setSchemaMissing(sqlState(err) == "42501", err)
 			return m.failed("preparing the fleet table", err)
 		}
 		m.schemaOK = true
-		m.setSchemaMissing(false)
+		m.setSchemaMissing(false, nil)
 	}
 	if !m.joined {
 		m.id = rand.Int32N(1<<31-1) + 1
@@ -427,8 +427,9 @@ func (m *fleetMember) failed(what string, err error) time.Duration {
 	m.mu.Lock()
 	m.status.RefreshErrors++
 	m.mu.Unlock()
-	// One line per streak of failures of one kind, not one per refresh.
-	if what != m.lastErr && m.log != nil {
+	// One line per streak of failures of one kind, not one per refresh; a schema this role may
+	// not create is said once by setSchemaMissing, whatever failed before it.
+	if what != m.lastErr && m.log != nil && !m.schemaMissing() {
 		m.lastErr = what
 		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
 			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String())
@@ -540,7 +541,7 @@ func (m *fleetMember) changed(s share, members int, how string) {
 	m.have = s
 	m.mu.Lock()
 	m.status.Conns = s.conns
-	m.status.Seated = s.conns > 0
+	m.status.Seated = s.conns > 0 && sum(s.concurrent) > 0 // a share it can run an operation with
 	m.status.ShareChanges++
 	m.mu.Unlock()
 	if m.log != nil {
@@ -551,10 +552,21 @@ func (m *fleetMember) changed(s share, members int, how string) {
 
 // setSchemaMissing records whether the table or a function is missing and the role may not
 // create it.
-func (m *fleetMember) setSchemaMissing(missing bool) {
+func (m *fleetMember) setSchemaMissing(missing bool, err error) {
 	m.mu.Lock()
+	was := m.status.SchemaMissing
 	m.status.SchemaMissing = missing
 	m.mu.Unlock()
+	if missing && !was && m.log != nil {
+		m.log.Warn("gated: fleet: coordination failed; the fleet's table or functions are missing and this role may not create them",
+			"gate_name", m.cfg.name, "table", m.cfg.table, "err", err, "share", m.have.String())
+	}
+}
+
+func (m *fleetMember) schemaMissing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status.SchemaMissing
 }
 
 func (m *fleetMember) setMembers(n int) {

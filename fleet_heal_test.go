@@ -24,11 +24,12 @@ import (
 // and the live rows never declare, more than the totals (the fake targets check every growth,
 // watchDeclared samples the table), and the fleet serves again once the schema is back.
 
-// healTTL and healRefresh keep these tests short: a member fences two thirds of a TTL (1 s)
-// after its last successful refresh, so a member that did not keep its share shows within it.
+// healTTL and healRefresh keep these tests short: a member fences two thirds of a TTL (2 s)
+// after its last successful refresh, so a member that did not keep its share shows within it,
+// while a loaded machine's slow refreshes do not make one fence.
 const (
-	healTTL     = 1500 * time.Millisecond
-	healRefresh = 100 * time.Millisecond
+	healTTL     = 3 * time.Second
+	healRefresh = 200 * time.Millisecond
 )
 
 // openPlain opens a plain pgx *sql.DB on the server at u and closes it at cleanup.

@@ -391,11 +391,17 @@ func (f *fleet) sample() (stop func()) {
 			now := time.Now()
 			f.mu.Lock()
 			// The allowance: one lease connection for each instance whose process is alive (one
-			// being stopped still holds its lease until it has left).
+			// being stopped still holds its lease until it has left) or whose backends are.
 			alive, unseated := 0, 0
 			for _, in := range f.all {
 				select {
 				case <-in.exited:
+					// The server ends a process's backends a moment after the process is gone
+					// (at once for idle ones, after its statement for a busy one): until then
+					// they hold what they held, its lease among them.
+					if byApp[in.app()] > 0 {
+						alive++
+					}
 				default:
 					alive++
 					if !in.seated {
