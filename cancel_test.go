@@ -178,6 +178,11 @@ func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 					case err == nil:
 						admittedWhileFull.Add(1)
 					case isGateWaitCanceled(err), errors.Is(err, ErrAdmissionFull):
+					case err == ctx.Err():
+						// database/sql checks the context before it asks the driver for
+						// anything and returns ctx.Err() itself: on a loaded machine a
+						// deadline of a few milliseconds can pass before the call
+						// reaches the gate. Every error gated returns is wrapped.
 					default:
 						t.Errorf("%s behind the holders: %v", op.name, err)
 					}
