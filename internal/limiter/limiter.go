@@ -296,11 +296,18 @@ func (a *Limit) descend(w *windowStats, pressed bool) {
 	a.limit = max(float64(a.min), math.Floor(float64(a.Current())/2))
 }
 
-// warm ends the cold start with w's median as the baseline.
+// warm ends the cold start with the baseline w measured: the faster of w's median and the one
+// before the last halving when that halving shortened nothing (both windows showed no
+// queueing, and the slower of them ran in a slower stretch of the machine), measured at w's
+// concurrency, the lower.
 func (a *Limit) warm(w *windowStats) {
+	base := w.raw
+	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT {
+		base = min(base, a.coldRTT)
+	}
 	a.cold, a.coldRate, a.coldRTT = false, 0, 0
-	a.base.value, a.base.inflight = w.raw, w.inflight
-	a.smoothed, a.prevRaw = w.raw, w.raw
+	a.base.value, a.base.inflight = base, w.inflight
+	a.smoothed, a.prevRaw = base, base
 }
 
 // A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never

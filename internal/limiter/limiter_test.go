@@ -985,3 +985,35 @@ func TestLimiterConfirmsAProbeByTheWindowAfterIt(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiterColdStartBaselineIsTheFasterOfTheWindowsThatShowedNoQueueing(t *testing.T) {
+	// The descent halves 8 to 4 (20ms to 5ms: queueing) and 4 to 2, whose window ran in a
+	// slower stretch of the machine: 5.8ms, no shorter than 4's. Neither queued; the faster
+	// is the baseline, measured at 2 running.
+	a := newLimit(chosenAlgorithm(), 1, simP)
+	now := time.Duration(0)
+	window := func(hold time.Duration) {
+		for range 50 {
+			now += 5 * time.Millisecond
+			a.Observe(now, hold, OK, a.Current(), 1)
+		}
+	}
+	for _, w := range []struct {
+		hold  time.Duration
+		limit int // after the window
+	}{{20 * time.Millisecond, 4}, {5 * time.Millisecond, 2}, {millis(5.8), 4}} {
+		window(w.hold)
+		if got := a.Current(); got != w.limit {
+			t.Fatalf("after a window of %v the limit is %d, want %d", w.hold, got, w.limit)
+		}
+	}
+	if a.cold {
+		t.Fatalf("still descending")
+	}
+	if b := a.base.value; b < millis(4.9) || b > millis(5.1) {
+		t.Errorf("baseline %v after windows of 5ms at 4 and 5.8ms at 2, want the faster, 5ms", b)
+	}
+	if a.base.inflight != 2 {
+		t.Errorf("baseline measured at %.1f running, want 2", a.base.inflight)
+	}
+}
