@@ -466,6 +466,11 @@ const (
 	// gradientFallOpen: windows after a fall in which the first one without queueing at the
 	// lower limit judges it: the slow stretch that caused it may outlast it by as much.
 	gradientFallOpen = 2
+	// gradientFallClean: a window at the lower limit below this × the baseline shows no
+	// queueing worth the fall. Above gradientFlat: on a machine that runs 20 % slower, the
+	// lower limit's hold time is that much above the baseline with no queueing at all, and a
+	// tenant that takes the cores makes it 30 % or more.
+	gradientFallClean = 1.25
 	// gradientProbeMargin: a rise must leave this much of the tolerance unused to stay, so that
 	// between two limits that serve alike (past the knee, where only the latency grows) the
 	// lower one wins instead of a walk between them.
@@ -539,14 +544,17 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		// The fall is judged by the first window at the lower limit that shows no queueing, if
 		// one comes within gradientFallOpen windows: those before it still ran in the slow
 		// stretch that caused the fall, or straddled its end.
-		clean := float64(w.raw) <= gradientFlat*base
+		clean := float64(w.raw) < gradientFallClean*base
 		switch {
 		case limit < a.fellTo:
 			// Timeouts lowered it since the fall, and it is not raised past them.
 			a.fell = 0
 		case clean && w.limited && a.fellRate >= gradientProbeGain*rate:
 			// The fall cured no queueing: the server is slower, not saturated. Take it back.
+			// The limit it returns to is the level it was, with what it served before the
+			// slow stretch: the windows there since are that stretch, not its measure.
 			a.knee, a.memory, a.fell = 0, 0, 0
+			a.level, a.levelRate, a.levelCalm, a.levelN = fell, a.fellRate, a.fellRate, 1
 			return fell
 		case clean || a.fellOpen <= 1:
 			a.fell = 0

@@ -345,7 +345,10 @@ func TestLimiterUndoesOnlyAFallThatCuredNoQueueing(t *testing.T) {
 		{"no queueing and less served", 0, millis(4.4), true},
 		// 488/s: as much as at 3, so the fall cured queueing.
 		{"as much served", 0, millis(4.1), false},
-		// Beyond gradientFlat: queueing at 2 as well.
+		// 1.225×, beyond gradientFlat but below gradientFallClean: a machine that runs 20 %
+		// slower shows that much at the lower limit without queueing, and 408/s is less.
+		{"a slower machine at the lower limit", 0, millis(4.9), true},
+		// At gradientFallClean: queueing at 2 as well.
 		{"queueing at the lower limit", 0, millis(5), false},
 		// A window of timeouts lowered the limit since the fall: never raised by it.
 		{"lowered meanwhile", 2.2, millis(4.4), false},
@@ -368,6 +371,36 @@ func TestLimiterUndoesOnlyAFallThatCuredNoQueueing(t *testing.T) {
 				t.Errorf("the limit rose from %.2f to %.2f", limit, got)
 			}
 		})
+	}
+}
+
+func TestLimiterUndoesAFallAgainWhileTheMachineStaysSlow(t *testing.T) {
+	// A baseline of 4ms (tolerance 6ms); at 3 the hold time is 5.5ms, 545/s. The machine runs
+	// 20 % slower and stays so: at 3, 7ms (429/s), past the tolerance, and the limit falls to 2,
+	// where 4.8ms (417/s) shows no queueing and serves less than 3 did before: the fall is
+	// undone. At 3 again the slow stretch goes on and the limit falls again; that fall is
+	// judged against what 3 served before the stretch, not against its slow window since
+	// (429/s, within 5 % of 417/s), and is undone too.
+	base := 4 * time.Millisecond
+	g := new(gradientLimit)
+	limit := 3.0
+	for range 6 {
+		if limit = g.next(limit, &windowStats{rtt: millis(5.5), raw: millis(5.5), base: base, inflight: 3, limited: true, ok: 100}); limit != 3 {
+			t.Fatalf("at 3 with the hold time at 5.5ms the limit moved to %.2f", limit)
+		}
+	}
+	for round := range 2 {
+		// The limit falls by fractions of a permit, window by window, until it is 2.
+		for i := 0; limit >= 2.5; i++ {
+			if i == 10 {
+				t.Fatalf("round %d: no fall from 3 in ten windows with the hold time at 7ms: %.2f", round, limit)
+			}
+			limit = g.next(limit, &windowStats{rtt: millis(7), raw: millis(7), base: base, inflight: 3, limited: true, ok: 100})
+		}
+		if limit = g.next(limit, &windowStats{rtt: millis(6.2), raw: millis(4.8), base: base, inflight: 2, limited: true, ok: 100}); limit < 2.5 {
+			t.Errorf("round %d: the fall to 2, where 4.8ms serve less than 3 did, stood: %.2f", round, limit)
+			return
+		}
 	}
 }
 
