@@ -102,6 +102,9 @@ const (
 	// rebaseWindows: windows in a row at the minimum limit beyond gradientFlat that move the
 	// baseline there (see baseline): a second at the usual window length.
 	rebaseWindows = 5
+	// proofWindows: windows in a row at more concurrency than an unproven baseline was
+	// measured at, within gradientFlat of it, that prove it (see baseline).
+	proofWindows = 2
 )
 
 // A Limit is the state of one gate's gate_concurrent=auto. Its caller serializes every call.
@@ -340,8 +343,10 @@ func (a *Limit) warm(w *windowStats) {
 // further, must not stay there against a baseline of faster times.
 // A baseline so raised is unproven: it may hold another tenant's queueing as well as the
 // database's own slowness, and a tolerance on top of it would compound the two. It is proven when
-// a window at more concurrency than it was measured at shows no queueing against it (within
-// gradientFlat): the server had room, so the slowness is its own. Until then a rise from the
+// proofWindows windows in a row at more concurrency than it was measured at show no queueing
+// against it (within gradientFlat): the server had room, so the slowness is its own. One is not
+// enough on a noisy machine: behind a tenant a second operation makes the hold time about
+// 1.2–1.3 × the raised baseline, and one window of a faster stretch comes in below 1.2. Until then a rise from the
 // minimum must show just that to stay (gradientLimit.probeHolds): under a tenant that takes the
 // cores a second operation queues behind the tenant's (a third more hold time on two cores with
 // two competing sessions), on a slower machine or with a heavier query it does not. It is also
@@ -352,12 +357,20 @@ type baseline struct {
 	slow     int           // windows in a row at the minimum beyond gradientFlat
 	least    time.Duration // the lowest median of those
 	prior    time.Duration // the baseline before a rebase not yet proven, 0 when none
+	room     int           // windows in a row at more concurrency than it was measured at, within gradientFlat of it
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
 // average, at the minimum limit or not, and usual, the moving average of the windows before it,
 // and reports whether it rebased: rose after lasting queueing at the minimum.
 func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
+	if inflight > b.inflight+0.5 && rtt <= time.Duration(gradientFlat*float64(b.value)) {
+		if b.room++; b.room >= proofWindows {
+			b.prior = 0
+		}
+	} else {
+		b.room = 0
+	}
 	switch {
 	case b.value == 0:
 		b.value, b.inflight = rtt, inflight
@@ -375,8 +388,6 @@ func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Dur
 		if inflight <= b.inflight+0.5 {
 			b.toward(rtt, d, baselineDrift)
 			b.inflight = min(b.inflight, inflight)
-		} else {
-			b.prior = 0
 		}
 	case !atMin:
 		b.slow = 0

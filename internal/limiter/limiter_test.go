@@ -692,9 +692,13 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	if b.prior == 0 {
 		t.Fatalf("a window at 2 running at 1.3× the baseline proved it")
 	}
-	b.update(millis(4.4), millis(4.4), 2, win, false)
-	if b.prior != 0 || b.value != millis(4) {
-		t.Fatalf("a window at 2 running within gradientFlat: baseline %v, unproven %v; want 4ms, proven", b.value, b.prior > 0)
+	// One window at 2 running within gradientFlat may be a faster stretch of the machine
+	// under another tenant's load; two in a row prove it.
+	for i, want := range []bool{false, true} {
+		b.update(millis(4.4), millis(4.4), 2, win, false)
+		if proven := b.prior == 0; proven != want || b.value != millis(4) {
+			t.Fatalf("window %d at 2 running within gradientFlat: baseline %v, proven %v; want 4ms, proven %v", i+1, b.value, proven, want)
+		}
 	}
 	// Falling back within gradientFlat of the one it replaced proves it too.
 	rebase(&b, millis(6))
