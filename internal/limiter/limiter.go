@@ -431,7 +431,8 @@ func tolerance(base time.Duration) time.Duration {
 // not clearly within the tolerance (gradientProbeMargin of it) and the rise did not buy throughput
 // (gradientProbeGain), the limit goes straight back (a probe costs one window, not the several the
 // moving average needs to notice); a probe that stays goes back all the same when the window after
-// it exceeds the tolerance, for one window may show a faster stretch of the server by chance. Then
+// it fails the same test, for one window may show a faster stretch of the server, or a few
+// percent more served, by chance. Then
 // it does not rise to the knee again for gradientMemory windows, twice that after each probe that
 // failed in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The
 // knee is forgotten at once when the hold time below it falls under gradientRecovered of the
@@ -586,10 +587,11 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		rtt = max(rtt, float64(w.raw))
 		a.confirm = probed
 	} else if confirm > 0 {
-		// The window after the one that let the probe stay confirms it: one window's median
-		// may fall within the margin by chance, when the server ran a little faster for
-		// those 200 ms, and the moving average would then take several windows to notice.
-		if float64(w.raw) > tol {
+		// The window after the one that let the probe stay confirms it by the same test: one
+		// window's median may pass it by chance, when the server ran a little faster for
+		// those 200 ms or the served rates of the two windows differ by a few percent of
+		// noise, and the moving average would then take several windows to notice.
+		if !a.probeHolds(w, tol) {
 			a.fails++
 			a.setKnee(cur, a.probeRTT)
 			return min(confirm, limit)

@@ -996,10 +996,19 @@ func TestLimiterFailedProbeNeverRaisesALimitLoweredMeanwhile(t *testing.T) {
 func TestLimiterConfirmsAProbeByTheWindowAfterIt(t *testing.T) {
 	base := 4 * time.Millisecond // tolerance 6ms, margin 5.4ms
 	for _, c := range []struct {
-		name string
-		raw  time.Duration // the median of the window after the probe's
-		want float64
-	}{{"beyond the tolerance", millis(7.2), 2}, {"within it", millis(5.8), 3}} {
+		name     string
+		raw      time.Duration // the median of the window after the probe's
+		inflight float64       // its running operations
+		want     float64
+	}{
+		{"beyond the tolerance", millis(7.2), 3, 2},
+		// Within the tolerance, beyond the margin, and 3/5.8ms = 517/s against the 455/s
+		// of 2 before the probe: the permit buys throughput.
+		{"within it", millis(5.8), 3, 3},
+		// The same median with 2.7 running: 466/s, 2.4 % more, and the probe's own window
+		// (3/5.2ms = 577/s) was a fast one: it goes back.
+		{"within it but serving no more", millis(5.8), 2.7, 2},
+	} {
 		g := new(gradientLimit)
 		if up := g.next(2, &windowStats{rtt: millis(4.4), raw: millis(4.4), base: base, inflight: 2, limited: true, ok: 100}); up != 3 {
 			t.Fatalf("no probe from 2 with the hold time at 1.1× the baseline: %v", up)
@@ -1009,7 +1018,7 @@ func TestLimiterConfirmsAProbeByTheWindowAfterIt(t *testing.T) {
 			t.Fatalf("the probe within the margin did not stay: %v", got)
 		}
 		// The moving average is still within the tolerance; the window's own median says.
-		got := g.next(3, &windowStats{rtt: millis(5.2), raw: c.raw, base: base, inflight: 3, limited: true, ok: 100})
+		got := g.next(3, &windowStats{rtt: millis(5.2), raw: c.raw, base: base, inflight: c.inflight, limited: true, ok: 100})
 		if got != c.want {
 			t.Errorf("%s: the window after the probe at %v: limit %v, want %v", c.name, c.raw, got, c.want)
 		}
