@@ -273,7 +273,8 @@ func (a *Limit) reset() {
 // at its ceiling and serves what a fixed B there serves. When operations wait (demand exceeds the
 // limit), it halves the limit, window by window, for as long as a halving shortens the hold time
 // (by more than gradientFlat: fewer operations queue less), down to the minimum at most. The last
-// window, whose halving shortened nothing, shows no queueing and measures the baseline. The limit
+// window, whose halving shortened nothing, and the one before it show no queueing and measure
+// the baseline (see warm). The limit
 // then goes back to the lowest one that served as much as any (by Little's law, within
 // gradientProbeGain of the most a window served), and the gradient rule takes over. Past a
 // CPU-bound server's cores fewer operations serve as much, each sooner, and the limit stays
@@ -441,7 +442,7 @@ func tolerance(base time.Duration) time.Duration {
 // the baseline rebased, since it was found against the old one.
 //
 // A fall is judged as a rise is: if the first window after a fall that lowered the limit in force
-// to show no queueing at the lower limit (within gradientFlat of the baseline), one of the next
+// to show no queueing at the lower limit (below gradientFallClean × the baseline), one of the next
 // gradientFallOpen, served gradientProbeGain less than the higher limit did lately (levelRate, up
 // to its last window within the tolerance), the limit goes straight back. The fall cured nothing:
 // the server ran slower, as a shared machine does for a stretch or stalls for a few windows, and
