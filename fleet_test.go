@@ -422,6 +422,13 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	}
 	var infos []string
 	for _, m := range members {
+		if !m.Live && m.LeaseLeft < 0 {
+			// A join whose first refresh timed out on a loaded machine (the row written, the
+			// answer late): its lease connection was given up, and its row is listed, not
+			// live, until it is deleted ten TTLs after it expired.
+			t.Logf("ReadFleet lists a row that is not live: %+v", m)
+			continue
+		}
 		infos = append(infos, m.Info)
 		if !m.Live || m.Conns != 4 || m.TotalConns != 12 || len(m.Concurrent) != 1 || m.Concurrent[0] < 3 || m.Concurrent[0] > 4 || m.LeaseLeft <= 0 {
 			t.Errorf("ReadFleet: %+v, want a live member declaring 4 connections and B 3 or 4", m)
@@ -434,7 +441,7 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	}
 	slices.Sort(infos)
 	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
-		t.Errorf("ReadFleet lists %v, want the three members", infos)
+		t.Errorf("ReadFleet lists %v live, want the three members", infos)
 	}
 	c.close()
 	tc.gone()
