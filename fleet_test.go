@@ -1,7 +1,6 @@
 package gated
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -128,7 +127,7 @@ type fleetTest struct {
 	db      *sql.DB                          // where the fleet's table is, when not on adm's server
 	log     func(member string) *slog.Logger // the members' loggers, when set before they start
 	seq     int
-	logBuf  *syncBuffer // the members' log when not verbose (failureLog)
+	logBuf  *logLines // the members' log when not verbose (failureLog)
 }
 
 func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleetTest {
@@ -212,7 +211,7 @@ func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseC
 // it fails, so that a failure says how the shares moved.
 func (ft *fleetTest) failureLog() *slog.Logger {
 	if ft.logBuf == nil {
-		ft.logBuf = new(syncBuffer)
+		ft.logBuf = new(logLines)
 		ft.t.Cleanup(func() {
 			if ft.t.Failed() {
 				ft.t.Logf("the members' log:\n%s", ft.logBuf.String())
@@ -220,24 +219,6 @@ func (ft *fleetTest) failureLog() *slog.Logger {
 		})
 	}
 	return slog.New(slog.NewTextHandler(ft.logBuf, nil))
-}
-
-// A syncBuffer is a bytes.Buffer that members write to from their own goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // declared samples the table every few milliseconds until stop and records every sum of the
