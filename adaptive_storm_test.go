@@ -17,18 +17,17 @@ import (
 //
 // Refusals are never samples; what can mislead the limiter is what such callers do to the
 // client's machine. A caller that retries at once keeps a core busy, and on a small machine the
-// goroutine whose answer has arrived waits for a core before it reads it: the gate's hold time,
-// from the connection being ready to its release, includes that wait, though the server had
-// finished. Traced on the 2-core test machine under this load (the kernel's time since the last
-// data received on the socket, TCP_INFO, read at the release), the answer of the 20 ms pg_sleep
-// sat in the socket for a median of 0–108 ms per limiter window, and that wait made nearly all of
-// the windows' spread (hold medians of 25–130 ms) while the hold time less it stayed at 20–26 ms;
-// a separate process running the same query meanwhile saw 22–29 ms. The limiter reads the wait
-// as queueing in the database and falls (to 2–4 with lib/pq and pgx alike), and falling cures
-// nothing: fewer permits leave more callers spinning. A service whose own clients retry so is in
-// the same position, so the callers here do what a real one would (no yield after a refusal),
-// and the test holds the library to it: it fails while the hold time includes the client's
-// scheduling delay.
+// goroutine whose answer has arrived waits for a core before it reads it. Traced on the 2-core
+// test machine under this load while the gate's hold time still ran from the connection being
+// ready to its release (the kernel's time since the last data received on the socket, TCP_INFO,
+// read at the release), the answer of the 20 ms pg_sleep sat in the socket for a median of
+// 0–108 ms per limiter window, and that wait made nearly all of the windows' spread (hold medians
+// of 25–130 ms) while the hold time less it stayed at 20–26 ms; a separate process running the
+// same query meanwhile saw 22–29 ms. The limiter read the wait as queueing in the database and
+// fell (to 2–4 with lib/pq and pgx alike), and falling cures nothing: fewer permits leave more
+// callers spinning. The sample now leaves that wait out (binding.serviceHold). A service whose
+// own clients retry so is in the same position, so the callers here do what a real one would (no
+// yield after a refusal), and the test holds the library to it.
 func TestAutoRetryStormGetsTheGoodputOfAFixedB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds of load per driver")
