@@ -68,15 +68,16 @@ func TestAutoHoldRecvAgeStepIsTheShortestAgeSeen(t *testing.T) {
 	}
 }
 
-// unixPair is tcpPair (conncheck_test.go) over a unix-domain socket.
-func unixPair(t *testing.T) (client, server net.Conn) {
+// sockPair returns both ends of a connection over a listener on network and addr (tcpPair of
+// conncheck_test.go builds on unix only).
+func sockPair(t *testing.T, network, addr string) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err = net.Dial("unix", ln.Addr().String())
+	client, err = net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func unixPair(t *testing.T) (client, server net.Conn) {
 // step; it costs no allocation. A unix-domain socket's is unknown: 0.
 func TestAutoHoldSocketReportsTheAgeOfItsLastData(t *testing.T) {
 	t.Run("tcp", func(t *testing.T) {
-		c, server := tcpPair(t)
+		c, server := sockPair(t, "tcp", "127.0.0.1:0")
 		client := newSockConn(c, false)
 		buf := make([]byte, 1)
 		for _, unread := range []bool{false, true} {
@@ -146,7 +147,7 @@ func TestAutoHoldSocketReportsTheAgeOfItsLastData(t *testing.T) {
 		}
 	})
 	t.Run("unix", func(t *testing.T) {
-		c, server := unixPair(t)
+		c, server := sockPair(t, "unix", filepath.Join(t.TempDir(), "s"))
 		client := newSockConn(c, false)
 		if client.age != nil {
 			t.Errorf("a unix-domain socket has a sockAge")
