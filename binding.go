@@ -120,7 +120,8 @@ func (b *binding) unbind(c *Connector) {
 // gate_concurrent=auto learns from: the time from the connection being ready to now, less the
 // client's own wait after the database's last answer arrived, as far as the kernel can tell it
 // (physConn.answerAge; see clientWait for the bounds). Call it before unbind clears b.pc, only for
-// a gate with a limiter: it costs a system call (getsockopt, on Linux over TCP).
+// a gate with a limiter: a hold longer than the kernel's step costs a system call (getsockopt,
+// on Linux over TCP), a shorter one nothing.
 //
 // What the subtraction removes is time the database had finished: the answer's goroutine waiting
 // for a core (on a loaded client machine the answer can sit in the socket for tens of
@@ -131,12 +132,20 @@ func (b *binding) unbind(c *Connector) {
 // packet stays: a result that is read slowly holds up the server (its socket buffers fill) and
 // that is part of the hold.
 func (b *binding) serviceHold() (now, hold time.Duration) {
-	// The age first: read later than now, it could hold time after the hold's end and take off
-	// more than the client's wait.
-	age := b.pc.answerAge()
 	now = monoNow()
 	hold = now - b.readyAt
-	return now, hold - clientWait(hold, age, recvAgeStep(age))
+	if hold <= recvAgeStep(0) {
+		// Nothing the kernel can resolve could be taken off (clientWait): no system call. Fast
+		// operations, SELECT 1 and its like, pay nothing for the subtraction.
+		return now, hold
+	}
+	age := b.pc.answerAge()
+	step := recvAgeStep(age) // from the age as the kernel reported it, in its steps
+	if age > 0 {
+		// Read after now: the time since now is not the client's wait within the hold.
+		age = max(age-(monoNow()-now), 0)
+	}
+	return now, hold - clientWait(hold, age, step)
 }
 
 // clientWait returns how much of hold to take off, given that the server's last data arrived age
