@@ -1,6 +1,7 @@
 package gated
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -127,6 +128,7 @@ type fleetTest struct {
 	db      *sql.DB                          // where the fleet's table is, when not on adm's server
 	log     func(member string) *slog.Logger // the members' loggers, when set before they start
 	seq     int
+	logBuf  *syncBuffer // the members' log when not verbose (failureLog)
 }
 
 func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleetTest {
@@ -189,6 +191,8 @@ func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseC
 		log = ft.log(tg.name)
 	} else if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("member", tg.name)
+	} else {
+		log = ft.failureLog().With("member", tg.name)
 	}
 	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: totals, info: tg.name}, dial, tg, log)
 	m.beforeStep = beforeStep
@@ -201,6 +205,39 @@ func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseC
 		}
 	})
 	return m, tg
+}
+
+// failureLog returns the logger of the test's members when it does not run verbosely: what they
+// logged (each share change, each fence, each failed refresh) is written to the test's output if
+// it fails, so that a failure says how the shares moved.
+func (ft *fleetTest) failureLog() *slog.Logger {
+	if ft.logBuf == nil {
+		ft.logBuf = new(syncBuffer)
+		ft.t.Cleanup(func() {
+			if ft.t.Failed() {
+				ft.t.Logf("the members' log:\n%s", ft.logBuf.String())
+			}
+		})
+	}
+	return slog.New(slog.NewTextHandler(ft.logBuf, nil))
+}
+
+// A syncBuffer is a bytes.Buffer that members write to from their own goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // declared samples the table every few milliseconds until stop and records every sum of the
@@ -385,6 +422,13 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	}
 	var infos []string
 	for _, m := range members {
+		if !m.Live && m.LeaseLeft < 0 {
+			// A join whose first refresh timed out on a loaded machine (the row written, the
+			// answer late): its lease connection was given up, and its row is listed, not
+			// live, until it is deleted ten TTLs after it expired.
+			t.Logf("ReadFleet lists a row that is not live: %+v", m)
+			continue
+		}
 		infos = append(infos, m.Info)
 		if !m.Live || m.Conns != 4 || m.TotalConns != 12 || len(m.Concurrent) != 1 || m.Concurrent[0] < 3 || m.Concurrent[0] > 4 || m.LeaseLeft <= 0 {
 			t.Errorf("ReadFleet: %+v, want a live member declaring 4 connections and B 3 or 4", m)
@@ -397,7 +441,7 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	}
 	slices.Sort(infos)
 	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
-		t.Errorf("ReadFleet lists %v, want the three members", infos)
+		t.Errorf("ReadFleet lists %v live, want the three members", infos)
 	}
 	c.close()
 	tc.gone()

@@ -102,6 +102,9 @@ const (
 	// rebaseWindows: windows in a row at the minimum limit beyond gradientFlat that move the
 	// baseline there (see baseline): a second at the usual window length.
 	rebaseWindows = 5
+	// proofWindows: windows in a row at more concurrency than an unproven baseline was
+	// measured at, within gradientFlat of it, that prove it (see baseline).
+	proofWindows = 2
 )
 
 // A Limit is the state of one gate's gate_concurrent=auto. Its caller serializes every call.
@@ -270,7 +273,8 @@ func (a *Limit) reset() {
 // at its ceiling and serves what a fixed B there serves. When operations wait (demand exceeds the
 // limit), it halves the limit, window by window, for as long as a halving shortens the hold time
 // (by more than gradientFlat: fewer operations queue less), down to the minimum at most. The last
-// window, whose halving shortened nothing, shows no queueing and measures the baseline. The limit
+// window, whose halving shortened nothing, and the one before it show no queueing and measure
+// the baseline (see warm). The limit
 // then goes back to the lowest one that served as much as any (by Little's law, within
 // gradientProbeGain of the most a window served), and the gradient rule takes over. Past a
 // CPU-bound server's cores fewer operations serve as much, each sooner, and the limit stays
@@ -296,11 +300,18 @@ func (a *Limit) descend(w *windowStats, pressed bool) {
 	a.limit = max(float64(a.min), math.Floor(float64(a.Current())/2))
 }
 
-// warm ends the cold start with w's median as the baseline.
+// warm ends the cold start with the baseline w measured: the faster of w's median and the one
+// before the last halving when that halving shortened nothing (both windows showed no
+// queueing, and the slower of them ran in a slower stretch of the machine), measured at w's
+// concurrency, the lower.
 func (a *Limit) warm(w *windowStats) {
+	base := w.raw
+	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT {
+		base = min(base, a.coldRTT)
+	}
 	a.cold, a.coldRate, a.coldRTT = false, 0, 0
-	a.base.value, a.base.inflight = w.raw, w.inflight
-	a.smoothed, a.prevRaw = w.raw, w.raw
+	a.base.value, a.base.inflight = base, w.inflight
+	a.smoothed, a.prevRaw = base, base
 }
 
 // A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never
@@ -333,8 +344,10 @@ func (a *Limit) warm(w *windowStats) {
 // further, must not stay there against a baseline of faster times.
 // A baseline so raised is unproven: it may hold another tenant's queueing as well as the
 // database's own slowness, and a tolerance on top of it would compound the two. It is proven when
-// a window at more concurrency than it was measured at shows no queueing against it (within
-// gradientFlat): the server had room, so the slowness is its own. Until then a rise from the
+// proofWindows windows in a row at more concurrency than it was measured at show no queueing
+// against it (within gradientFlat): the server had room, so the slowness is its own. One is not
+// enough on a noisy machine: behind a tenant a second operation makes the hold time about
+// 1.2–1.3 × the raised baseline, and one window of a faster stretch comes in below 1.2. Until then a rise from the
 // minimum must show just that to stay (gradientLimit.probeHolds): under a tenant that takes the
 // cores a second operation queues behind the tenant's (a third more hold time on two cores with
 // two competing sessions), on a slower machine or with a heavier query it does not. It is also
@@ -345,12 +358,20 @@ type baseline struct {
 	slow     int           // windows in a row at the minimum beyond gradientFlat
 	least    time.Duration // the lowest median of those
 	prior    time.Duration // the baseline before a rebase not yet proven, 0 when none
+	room     int           // windows in a row at more concurrency than it was measured at, within gradientFlat of it
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
 // average, at the minimum limit or not, and usual, the moving average of the windows before it,
 // and reports whether it rebased: rose after lasting queueing at the minimum.
 func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
+	if inflight > b.inflight+0.5 && rtt <= time.Duration(gradientFlat*float64(b.value)) {
+		if b.room++; b.room >= proofWindows {
+			b.prior = 0
+		}
+	} else {
+		b.room = 0
+	}
 	switch {
 	case b.value == 0:
 		b.value, b.inflight = rtt, inflight
@@ -368,8 +389,6 @@ func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Dur
 		if inflight <= b.inflight+0.5 {
 			b.toward(rtt, d, baselineDrift)
 			b.inflight = min(b.inflight, inflight)
-		} else {
-			b.prior = 0
 		}
 	case !atMin:
 		b.slow = 0
@@ -413,7 +432,8 @@ func tolerance(base time.Duration) time.Duration {
 // not clearly within the tolerance (gradientProbeMargin of it) and the rise did not buy throughput
 // (gradientProbeGain), the limit goes straight back (a probe costs one window, not the several the
 // moving average needs to notice); a probe that stays goes back all the same when the window after
-// it exceeds the tolerance, for one window may show a faster stretch of the server by chance. Then
+// it fails the same test, for one window may show a faster stretch of the server, or a few
+// percent more served, by chance. Then
 // it does not rise to the knee again for gradientMemory windows, twice that after each probe that
 // failed in a row (up to gradientMemoryMax), so that under steady load it stays where it is. The
 // knee is forgotten at once when the hold time below it falls under gradientRecovered of the
@@ -422,7 +442,7 @@ func tolerance(base time.Duration) time.Duration {
 // the baseline rebased, since it was found against the old one.
 //
 // A fall is judged as a rise is: if the first window after a fall that lowered the limit in force
-// to show no queueing at the lower limit (within gradientFlat of the baseline), one of the next
+// to show no queueing at the lower limit (below gradientFallClean × the baseline), one of the next
 // gradientFallOpen, served gradientProbeGain less than the higher limit did lately (levelRate, up
 // to its last window within the tolerance), the limit goes straight back. The fall cured nothing:
 // the server ran slower, as a shared machine does for a stretch or stalls for a few windows, and
@@ -459,6 +479,11 @@ const (
 	// gradientFallOpen: windows after a fall in which the first one without queueing at the
 	// lower limit judges it: the slow stretch that caused it may outlast it by as much.
 	gradientFallOpen = 2
+	// gradientFallClean: a window at the lower limit below this × the baseline shows no
+	// queueing worth the fall. Above gradientFlat: on a machine that runs 20 % slower, the
+	// lower limit's hold time is that much above the baseline with no queueing at all, and a
+	// tenant that takes the cores makes it 30 % or more.
+	gradientFallClean = 1.25
 	// gradientProbeMargin: a rise must leave this much of the tolerance unused to stay, so that
 	// between two limits that serve alike (past the knee, where only the latency grows) the
 	// lower one wins instead of a walk between them.
@@ -532,14 +557,17 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		// The fall is judged by the first window at the lower limit that shows no queueing, if
 		// one comes within gradientFallOpen windows: those before it still ran in the slow
 		// stretch that caused the fall, or straddled its end.
-		clean := float64(w.raw) <= gradientFlat*base
+		clean := float64(w.raw) < gradientFallClean*base
 		switch {
 		case limit < a.fellTo:
 			// Timeouts lowered it since the fall, and it is not raised past them.
 			a.fell = 0
 		case clean && w.limited && a.fellRate >= gradientProbeGain*rate:
 			// The fall cured no queueing: the server is slower, not saturated. Take it back.
+			// The limit it returns to is the level it was, with what it served before the
+			// slow stretch: the windows there since are that stretch, not its measure.
 			a.knee, a.memory, a.fell = 0, 0, 0
+			a.level, a.levelRate, a.levelCalm, a.levelN = fell, a.fellRate, a.fellRate, 1
 			return fell
 		case clean || a.fellOpen <= 1:
 			a.fell = 0
@@ -560,10 +588,11 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 		rtt = max(rtt, float64(w.raw))
 		a.confirm = probed
 	} else if confirm > 0 {
-		// The window after the one that let the probe stay confirms it: one window's median
-		// may fall within the margin by chance, when the server ran a little faster for
-		// those 200 ms, and the moving average would then take several windows to notice.
-		if float64(w.raw) > tol {
+		// The window after the one that let the probe stay confirms it by the same test: one
+		// window's median may pass it by chance, when the server ran a little faster for
+		// those 200 ms or the served rates of the two windows differ by a few percent of
+		// noise, and the moving average would then take several windows to notice.
+		if !a.probeHolds(w, tol) {
 			a.fails++
 			a.setKnee(cur, a.probeRTT)
 			return min(confirm, limit)
