@@ -114,12 +114,13 @@ func BenchmarkQueryRowFake(b *testing.B) {
 }
 
 // BenchmarkQueryRowPG compares plain database/sql over pgx (MaxOpenConns = P) with gated
-// (B = P) on QueryRowContext("SELECT 1") against the test server, at 1 and 32 goroutines.
+// (B = P, and gate_concurrent=auto, whose every release hands the limiter a sample) on
+// QueryRowContext("SELECT 1") against the test server, at 1 and 32 goroutines.
 func BenchmarkQueryRowPG(b *testing.B) {
 	const p = 10
 	base := pgtest.URL(b)
 	for _, par := range []int{1, 32} {
-		for _, kind := range []string{"plain", "gated"} {
+		for _, kind := range []string{"plain", "gated", "auto"} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", kind, par), func(b *testing.B) {
 				var db *sql.DB
 				if kind == "plain" {
@@ -131,7 +132,11 @@ func BenchmarkQueryRowPG(b *testing.B) {
 					db.SetMaxIdleConns(p)
 					b.Cleanup(func() { db.Close() })
 				} else {
-					db, _, _ = openPG(b, "pgx", fmt.Sprintf("gate_max_conns=%d&gate_queue=64&gate_queue_wait=1m", p))
+					params := fmt.Sprintf("gate_max_conns=%d&gate_queue=64&gate_queue_wait=1m", p)
+					if kind == "auto" {
+						params += "&gate_concurrent=auto"
+					}
+					db, _, _ = openPG(b, "pgx", params)
 				}
 				benchQueryRow(b, db, par, "SELECT 1")
 			})

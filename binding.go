@@ -93,9 +93,10 @@ func (b *binding) unbind(c *Connector) {
 		pc.used = true
 		pc.rested()
 		if g := b.g; g.lim != nil {
-			now, worst := monoNow(), b.worst
+			now, hold := b.serviceHold()
+			worst := b.worst
 			b.g, b.pc = nil, nil
-			g.releaseSample(pc, now, now-b.readyAt, worst)
+			g.releaseSample(pc, now, hold, worst)
 			return
 		}
 		b.release(pc)
@@ -103,7 +104,9 @@ func (b *binding) unbind(c *Connector) {
 	}
 	if g := b.g; g.lim != nil {
 		// The work ended by destroying the connection (a timeout that cut the socket, say):
-		// still a sample, or the limiter would see only the operations that survived.
+		// still a sample, or the limiter would see only the operations that survived. Its whole
+		// hold: what last arrived on a socket given up mid-operation says nothing of when the
+		// database finished.
 		now, worst := monoNow(), max(b.worst, outcomeFailed)
 		hold := now - b.readyAt
 		b.g, b.pc = nil, nil
@@ -111,6 +114,78 @@ func (b *binding) unbind(c *Connector) {
 		return
 	}
 	c.pool.destroyAsync(pc, b.handToCleanup())
+}
+
+// serviceHold returns the end of the binding's hold (monoNow) and the hold time that
+// gate_concurrent=auto learns from: the time from the connection being ready to now, less the
+// client's own wait after the database's last answer arrived, as far as the kernel can tell it
+// (physConn.answerAge; see clientWait for the bounds). Call it before unbind clears b.pc, only for
+// a gate with a limiter: a hold longer than the kernel's step costs a system call (getsockopt,
+// on Linux over TCP), a shorter one nothing.
+//
+// What the subtraction removes is time the database had finished: the answer's goroutine waiting
+// for a core (on a loaded client machine the answer can sit in the socket for tens of
+// milliseconds, which the limiter would take for queueing in the database and fall, curing
+// nothing), and the application's own time after the last packet, reading the rows slowly or
+// working before it gives the connection back. Both are the client's, not the database's, and the
+// limiter, which judges the database's queueing, must not see them. The time before the last
+// packet stays: a result that is read slowly holds up the server (its socket buffers fill) and
+// that is part of the hold.
+func (b *binding) serviceHold() (now, hold time.Duration) {
+	now = monoNow()
+	hold = now - b.readyAt
+	if hold <= recvAgeStep(0) {
+		// Nothing the kernel can resolve could be taken off (clientWait): no system call. Fast
+		// operations, SELECT 1 and its like, pay nothing for the subtraction.
+		return now, hold
+	}
+	age := b.pc.answerAge()
+	step := recvAgeStep(age) // from the age as the kernel reported it, in its steps
+	if age > 0 {
+		// Read after now: the time since now is not the client's wait within the hold.
+		age = max(age-(monoNow()-now), 0)
+	}
+	return now, hold - clientWait(hold, age, step)
+}
+
+// clientWait returns how much of hold to take off, given that the server's last data arrived age
+// ago (0: unknown) as reported in steps of step, which may exceed the true age by up to one step:
+// age less one step, so that the sample never falls below the time the answer truly took; and
+// never more than hold less one step, for a connection whose last data arrived before the
+// operation began (a binding that never reached the server): the sample stays at least a step,
+// the least time the kernel can resolve, or the whole hold when it is shorter than a step. An
+// age within one step takes nothing off.
+func clientWait(hold, age, step time.Duration) time.Duration {
+	if age <= step || hold <= step {
+		return 0
+	}
+	return min(age, hold) - step
+}
+
+// maxRecvAgeStep is Linux's coarsest tick, 10 ms at HZ=100 (the lowest HZ the kernel offers:
+// 100, 250, 300, 1000): the step assumed until a finer one is seen.
+const maxRecvAgeStep = 10 * time.Millisecond
+
+// recvAgeStepSeen is the shortest non-zero age any socket of the process reported (ns), 0 until
+// one did.
+var recvAgeStepSeen atomic.Int64
+
+// recvAgeStep returns the step in which the kernel reports ages, having seen age: the shortest
+// non-zero age seen so far, at most maxRecvAgeStep. The kernel reports whole jiffies, rounded up
+// to milliseconds, so no non-zero age is shorter than one jiffy: the shortest seen is at least the
+// true step, and it reaches it once an answer is read a tick after it arrived (4 ms at HZ=250,
+// as on Debian's kernels; 1 ms at HZ=1000). Racing stores may keep a longer one for a while:
+// every candidate is a reported age, so each is safe.
+func recvAgeStep(age time.Duration) time.Duration {
+	step := time.Duration(recvAgeStepSeen.Load())
+	if step == 0 {
+		step = maxRecvAgeStep
+	}
+	if age > 0 && age < step {
+		recvAgeStepSeen.Store(int64(age))
+		step = age
+	}
+	return step
 }
 
 // release ends the binding and gives its permit back, with pc, a connection ready for the next

@@ -59,6 +59,16 @@ func (pc *physConn) rested() {
 	}
 }
 
+// answerAge returns how long ago the server's last data arrived on the connection's socket, or 0
+// when gated cannot tell: a driver whose socket gated does not dial (MySQL, any other driver),
+// a unix-domain socket, a platform without TCP_INFO. See sockConn.sinceLastRecv.
+func (pc *physConn) answerAge() time.Duration {
+	if pc.sock == nil {
+		return 0
+	}
+	return pc.sock.sinceLastRecv()
+}
+
 // alive reports whether the driver still considers the connection open; true when the driver
 // cannot tell.
 func (pc *physConn) alive() bool { return pc.inner.alive() }

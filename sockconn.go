@@ -35,9 +35,14 @@ import (
 //     server, which would give the permit back while the backend still works), and a context
 //     that ends interrupts a blocked read or write (lib/pq cannot), so the caller returns at
 //     its deadline even during a network partition.
+//   - How long ago did the server's last data arrive (sinceLastRecv)? At the end of an
+//     operation, that is time the client spent after the database had answered: its goroutines
+//     waiting for a core, or the application reading the rows. gate_concurrent=auto takes it off
+//     the hold time it learns from (see binding.serviceHold).
 type sockConn struct {
 	net.Conn
 	check   *sockCheck // nil where the platform cannot peek
+	age     *sockAge   // nil where the platform or the socket (unix-domain) cannot tell
 	written atomic.Int64
 	armed   atomic.Bool // peek before the next write
 	failed  atomic.Bool // a write failed: what is written after it is not counted
@@ -64,8 +69,13 @@ type sockConn struct {
 var errHungUpWhileIdle = errors.New("gated: the server closed the connection while it was idle; nothing was sent")
 
 func newSockConn(c net.Conn, drainOnClose bool) *sockConn {
-	return &sockConn{Conn: c, check: newSockCheck(c), drainOnClose: drainOnClose}
+	return &sockConn{Conn: c, check: newSockCheck(c), age: newSockAge(c), drainOnClose: drainOnClose}
 }
+
+// sinceLastRecv returns how long ago the kernel last received data on the socket, in its steps
+// (see sockAge), or 0 when it cannot tell: another platform, a unix-domain socket. It costs a
+// system call (on Linux, over TCP); the caller must own the connection.
+func (s *sockConn) sinceLastRecv() time.Duration { return s.age.since() }
 
 func (s *sockConn) Write(b []byte) (int, error) {
 	if s.failed.Load() {
