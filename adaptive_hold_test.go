@@ -68,8 +68,8 @@ func TestAutoHoldRecvAgeStepIsTheShortestAgeSeen(t *testing.T) {
 	}
 }
 
-// sockPair returns both ends of a connection over a listener on network and addr (tcpPair of
-// conncheck_test.go builds on unix only).
+// sockPair returns both ends of a connection over a listener on network and addr, closed at
+// cleanup.
 func sockPair(t *testing.T, network, addr string) (client, server net.Conn) {
 	t.Helper()
 	ln, err := net.Listen(network, addr)

@@ -14,22 +14,7 @@ import (
 // tcpPair returns both ends of a loopback TCP connection, closed at cleanup.
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	return client, server
+	return sockPair(t, "tcp", "127.0.0.1:0")
 }
 
 func TestPeerGoneSeesAServerThatHungUp(t *testing.T) {

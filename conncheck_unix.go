@@ -23,15 +23,8 @@ type sockCheck struct {
 
 // newSockCheck returns a check for nc's socket, or nil when it cannot be inspected.
 func newSockCheck(nc net.Conn) *sockCheck {
-	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		nc = t.NetConn()
-	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConnOf(nc)
+	if rc == nil {
 		return nil
 	}
 	s := &sockCheck{rc: rc}

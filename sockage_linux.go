@@ -35,12 +35,8 @@ func newSockAge(nc net.Conn) *sockAge {
 	if _, ok := nc.LocalAddr().(*net.TCPAddr); !ok {
 		return nil
 	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConnOf(nc)
+	if rc == nil {
 		return nil
 	}
 	a := &sockAge{rc: rc}

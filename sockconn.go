@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -67,6 +68,23 @@ type sockConn struct {
 // errHungUpWhileIdle is what a write returns, having sent nothing, when the server closed the
 // connection (or sent something unasked) while it was idle.
 var errHungUpWhileIdle = errors.New("gated: the server closed the connection while it was idle; nothing was sent")
+
+// rawConnOf returns the raw connection of nc's socket (under TLS, of the socket under it), or nil
+// when nc has none.
+func rawConnOf(nc net.Conn) syscall.RawConn {
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		nc = t.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
 
 func newSockConn(c net.Conn, drainOnClose bool) *sockConn {
 	return &sockConn{Conn: c, check: newSockCheck(c), age: newSockAge(c), drainOnClose: drainOnClose}
