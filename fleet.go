@@ -420,7 +420,19 @@ func (m *fleetMember) mustFence() bool {
 func (m *fleetMember) failed(what string, err error) time.Duration {
 	// A canceled statement (57014: our timeout, or the server's statement_timeout) may have left
 	// the connection wedged, and asking it would take the time left before fencing.
-	keep := m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" && m.proveLock()
+	keep, lock := false, "not asked"
+	if m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" {
+		var lockErr error
+		keep, lockErr = m.proveLock()
+		switch {
+		case lockErr != nil:
+			lock = "the question failed: " + lockErr.Error()
+		case keep:
+			lock = "held"
+		default:
+			lock = "not held"
+		}
+	}
 	if !keep {
 		m.dropConn()
 	}
@@ -432,7 +444,7 @@ func (m *fleetMember) failed(what string, err error) time.Duration {
 	if what != m.lastErr && m.log != nil && !m.schemaMissing() {
 		m.lastErr = what
 		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
-			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String())
+			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String(), "lock", lock)
 	}
 	if m.mustFence() {
 		return 0
@@ -442,11 +454,13 @@ func (m *fleetMember) failed(what string, err error) time.Duration {
 
 // proveLock asks the lease connection whether it holds the member's session lock, and returns
 // true when it does: the member is counted, by every version's refresh function while its row
-// exists and by this version's even while it does not, for as long as the connection lives.
+// exists and by this version's even while it does not, for as long as the connection lives. It
+// returns the error when the question failed (failed logs it: a member that fences after its
+// table went says why its lock was not proven).
 // That stands for the rest of the fence interval after the question was sent, as a refresh does:
 // should the connection break meanwhile, the next turn finds it broken and drops it, which ends
 // what the lock proved.
-func (m *fleetMember) proveLock() bool {
+func (m *fleetMember) proveLock() (bool, error) {
 	timeout := m.queryTimeout()
 	if !m.have.equal(zeroShare(len(m.have.concurrent))) {
 		// Like a refresh, the question must not hold the loop past the moment to fence.
@@ -458,14 +472,17 @@ func (m *fleetMember) proveLock() bool {
 	rows, err := m.conn.query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
 		AND l.objsubid = 2 AND l.classid = $1::int::oid AND l.objid = $2::int::oid AND l.pid = pg_backend_pid())`,
 		int64(m.key), int64(m.id))
-	if err != nil || len(rows) != 1 || len(rows[0]) != 1 {
-		return false
+	if err != nil {
+		return false, err
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return false, fmt.Errorf("gated: fleet: %d rows in answer to whether the lease connection holds its lock, want 1", len(rows))
 	}
 	held, _ := rows[0][0].(bool)
 	if held {
 		m.lockedUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
 	}
-	return held
+	return held, nil
 }
 
 // dropConn closes the lease connection in the background: closing one that a network partition
