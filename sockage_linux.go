@@ -27,11 +27,9 @@ type sockAge struct {
 }
 
 // newSockAge returns nc's sockAge, or nil when nc is not a TCP socket (a unix-domain one has no
-// TCP_INFO) or cannot be inspected.
+// TCP_INFO) or cannot be inspected. A *tls.Conn reports the address of the socket under it, and
+// rawConnOf reaches that socket.
 func newSockAge(nc net.Conn) *sockAge {
-	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		nc = t.NetConn()
-	}
 	if _, ok := nc.LocalAddr().(*net.TCPAddr); !ok {
 		return nil
 	}
