@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // The hold time gate_concurrent=auto learns from leaves out the client's wait after the database's
@@ -365,5 +366,55 @@ func BenchmarkAutoReleaseSocketAge(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.sinceLastRecv()
+	}
+}
+
+// A new connection's first operation is no sample of service time (it pays for the server's
+// session start); the operations after it on the same connection are. A timeout on the first one
+// still counts as overload.
+func TestAutoFirstOperationOnANewConnectionIsNoSample(t *testing.T) {
+	db, c, fd := openFake(t, "gate_max_conns=1 gate_concurrent=auto gate_queue=1")
+	window := func() (ok, overload, failed int) {
+		c.gate.mu.Lock()
+		defer c.gate.mu.Unlock()
+		return c.gate.lim.Window()
+	}
+	query := func() {
+		t.Helper()
+		rows, err := db.Query("SELECT 1")
+		if err != nil {
+			t.Fatalf("query: %v", err)
+		}
+		rows.Close()
+	}
+	query()
+	if ok, over, failed := window(); ok != 0 || over != 0 || failed != 1 {
+		t.Fatalf("after the first operation on a new connection the window holds %d ok, %d overload, %d unmeasured; want 0, 0, 1", ok, over, failed)
+	}
+	query()
+	if ok, over, failed := window(); ok != 1 || over != 0 || failed != 1 {
+		t.Fatalf("after a second operation on the same connection the window holds %d ok, %d overload, %d unmeasured; want 1, 0, 1", ok, over, failed)
+	}
+	if n := fd.Stats().Opened; n != 1 {
+		t.Fatalf("the fake opened %d connections, want 1: the second operation must have reused the first's", n)
+	}
+
+	// A first operation that a deadline ended is overload all the same.
+	db2, c2, _ := openFake(t, "gate_max_conns=1 gate_concurrent=auto gate_queue=1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err := db2.ExecContext(ctx, "BLOCK never"); err == nil {
+		t.Fatal("BLOCK under an ended deadline succeeded")
+	}
+	window2 := func() (ok, overload, failed int) {
+		c2.gate.mu.Lock()
+		defer c2.gate.mu.Unlock()
+		return c2.gate.lim.Window()
+	}
+	// A connection the deadline broke is destroyed in the background, and its sample follows.
+	testwait.For(t, "the deadline's sample", func() bool { ok, over, failed := window2(); return ok+over+failed > 0 })
+	ok, over, failed := window2()
+	if ok != 0 || over != 1 || failed != 0 {
+		t.Fatalf("after a first operation that its deadline ended the window holds %d ok, %d overload, %d unmeasured; want 0, 1, 0", ok, over, failed)
 	}
 }

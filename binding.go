@@ -90,11 +90,23 @@ func (b *binding) unbind(c *Connector) {
 		pc.broken = true
 	}
 	if pc.reusable() {
+		first := !pc.used
 		pc.used = true
 		pc.rested()
 		if g := b.g; g.lim != nil {
 			now, hold := b.serviceHold()
 			worst := b.worst
+			if first {
+				// A new connection's first operation is no sample of the database's service
+				// time: it also pays for the server starting its session (a PostgreSQL backend
+				// loads its catalog caches: 30–120 ms for a 20 ms query on the loaded test
+				// machine, against 24 ms for every later one), and pgx's first execution of a
+				// statement prepares it. A fresh gate's first window is all such operations, and
+				// the cold start took their slowness for queueing and halved the limit away from
+				// a sleeping query. An operation ended by a timeout or a load refusal still
+				// counts as such.
+				worst = max(worst, outcomeFailed)
+			}
 			b.g, b.pc = nil, nil
 			g.releaseSample(pc, now, hold, worst)
 			return

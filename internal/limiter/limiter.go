@@ -27,8 +27,9 @@ const (
 	// OK: the work ended normally; its hold time measures the database's service.
 	OK Outcome = iota
 	// Failed: it failed for a reason that says nothing about load (a syntax error, a
-	// constraint, a lost connection). Not a sample of service time: a fast failure must not
-	// look like fast service.
+	// constraint, a lost connection), or its hold time is not the service's alone (the first
+	// operation on a new connection, which pays for the server's session start). Not a sample
+	// of service time: a fast failure must not look like fast service.
 	Failed
 	// Overload: it was ended by a timeout while it ran (statement_timeout, lock_timeout,
 	// the caller's deadline) or refused by the server for contention or load (serialization
@@ -146,6 +147,9 @@ func newLimit(alg limitAlgorithm, min, max int) *Limit {
 // Set sets the limit to n, within its bounds, and ends the cold start: a limit set from outside
 // is not a fresh one. For tests of the gate.
 func (a *Limit) Set(n int) { a.limit, a.cold = float64(n), false }
+
+// Window returns the samples of the open window by outcome.
+func (a *Limit) Window() (ok, overload, failed int) { return a.ok, a.overload, a.failed }
 
 // Current is the limit in execution permits.
 func (a *Limit) Current() int {
