@@ -325,7 +325,7 @@ func (m *fleetMember) turn() time.Duration {
 	if !m.have.within(target) {
 		s := m.have.meet(target)
 		sctx, scancel := context.WithTimeout(context.Background(), m.cfg.refresh)
-		err := m.target.shrinkTo(sctx, s)
+		err := m.shrinkTo(sctx, s)
 		scancel()
 		if err != nil {
 			// Still above s: keep declaring what is held, refresh, and wait again.
@@ -511,7 +511,7 @@ func (m *fleetMember) fence(why string) {
 	}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.refresh)
-		err := m.target.shrinkTo(ctx, zero)
+		err := m.shrinkTo(ctx, zero)
 		cancel()
 		if err == nil {
 			break
@@ -538,7 +538,7 @@ func (m *fleetMember) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ttl)
 	defer cancel()
-	if m.conn != nil && m.joined && m.target.shrinkTo(ctx, zeroShare(len(m.have.concurrent))) == nil {
+	if m.conn != nil && m.joined && m.shrinkTo(ctx, zeroShare(len(m.have.concurrent))) == nil {
 		if err := leaveFleet(ctx, m.conn, m.cfg.table, m.cfg.name, m.key, m.id); err != nil {
 			if m.log != nil {
 				m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.name, "err", err)
@@ -553,12 +553,24 @@ func (m *fleetMember) leave() {
 	}
 }
 
+// shrinkTo lowers the instance to s (see shareTarget). The gates' B fall at once, before the
+// running work has ended: a share without a permit is no seat from that moment, so Stats says so
+// before the shrink begins, not once it has ended (changed).
+func (m *fleetMember) shrinkTo(ctx context.Context, s share) error {
+	if !s.seated() {
+		m.mu.Lock()
+		m.status.Seated = false
+		m.mu.Unlock()
+	}
+	return m.target.shrinkTo(ctx, s)
+}
+
 // changed records that the instance now holds s, and logs it.
 func (m *fleetMember) changed(s share, members int, how string) {
 	m.have = s
 	m.mu.Lock()
 	m.status.Conns = s.conns
-	m.status.Seated = s.conns > 0 && sum(s.concurrent) > 0 // a share it can run an operation with
+	m.status.Seated = s.seated()
 	m.status.ShareChanges++
 	m.mu.Unlock()
 	if m.log != nil {

@@ -40,6 +40,10 @@ func (s share) clone() share {
 // connection being outside the share.
 func (s share) dataConns() int { return max(s.conns, 0) }
 
+// seated reports whether s is a share an instance can run an operation with: a connection and a
+// permit (a grant may give connections before permits).
+func (s share) seated() bool { return s.conns > 0 && sum(s.concurrent) > 0 }
+
 // equal reports whether s and o are the same share.
 func (s share) equal(o share) bool {
 	return s.conns == o.conns && slices.Equal(s.concurrent, o.concurrent) && slices.Equal(s.queue, o.queue)

@@ -57,9 +57,13 @@ type fakeTarget struct {
 	name   string
 	stuck  atomic.Bool
 	zeroed atomic.Int64 // times it went from a seat to nothing: fenced, or gone
+	held   atomic.Int64 // shrinkTo calls that found it stuck
 }
 
 func (tg *fakeTarget) shrinkTo(ctx context.Context, s share) error {
+	if tg.stuck.Load() {
+		tg.held.Add(1)
+	}
 	for tg.stuck.Load() {
 		select {
 		case <-ctx.Done():
@@ -695,6 +699,27 @@ func TestFleetShrinkWaitsForRunningWork(t *testing.T) {
 	}
 	ta.stuck.Store(false)
 	ft.waitShares("after the work ended", []*fakeTarget{ta, tb}, 6, 6)
+}
+
+// TestFleetLeavingMemberIsNoSeatWhileItsWorkDrains: an instance that leaves lowers its B to 0 at
+// once and then waits for its running work; from that moment its Stats say it is not seated,
+// since it can run nothing (a seated instance always has a permit).
+func TestFleetLeavingMemberIsNoSeatWhileItsWorkDrains(t *testing.T) {
+	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
+	m, ta := ft.member(nil, nil)
+	ft.waitShares("alone", []*fakeTarget{ta}, 12)
+	if !m.stats().Seated {
+		t.Fatal("a member holding the whole total is not seated")
+	}
+	ta.stuck.Store(true)
+	closed := make(chan struct{})
+	go func() { m.close(); close(closed) }()
+	testwait.For(t, "the leaving member's shrink", func() bool { return ta.held.Load() > 0 })
+	if s := m.stats(); s.Seated {
+		t.Errorf("while its shrink to nothing waits for running work the member's stats say seated (%+v)", s)
+	}
+	ta.stuck.Store(false)
+	<-closed
 }
 
 // TestFleetMoreMembersThanConnections: with 3 connections and 5 members, the first three hold a

@@ -90,7 +90,7 @@ type FleetStats struct {
 	TotalConns      int   // the fleet's gate_max_conns
 	TotalConcurrent int   // the fleet's B of this gate
 	TotalQueue      int   // the fleet's Q of this gate
-	Seated          bool  // the instance holds a share it can run operations with: Conns > 0 and a permit (a grant may give connections before permits)
+	Seated          bool  // the instance holds a share it can run operations with: Conns > 0 and a permit (a grant may give connections before permits); false from the moment it begins to shrink to no permit (fencing, leaving), while its running work drains
 	ShareChanges    int64 // times the instance's share changed (each is logged)
 	RefreshErrors   int64 // lease refreshes that failed (the share is kept, never grown, until it is fenced)
 	SchemaMissing   bool  // the fleet's table or this version's functions are missing and the instance's role may not create them (see docs/fleet.md)
