@@ -225,30 +225,39 @@ func (m *fleetMember) turn() time.Duration {
 		m.fence("its lease may have expired (no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
 			", or its row is gone) and no lock proves its membership")
 	}
-	timeout := m.queryTimeout()
-	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
-		// A refresh that hangs must not hold the loop past the moment it has to fence.
-		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	pctx, pcancel := context.WithTimeout(context.Background(), m.statementTimeout())
+	defer pcancel()
 	if m.conn == nil {
-		c, err := m.dial(ctx)
+		c, err := m.dial(pctx)
 		if err != nil {
-			return m.failed("connecting", err)
+			return m.failed("connecting", err, false)
+		}
+		// The server ends a statement of the lease connection that runs too long (a refresh
+		// that waits behind a migration's lock on the table, on a slow server) before the
+		// member's deadline would: interrupted by that deadline, the statement would cost the
+		// connection and the lock that counts the member; ended by the server, it leaves both,
+		// and the member proves the lock instead (failed).
+		if err := c.exec(pctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()*3/4, time.Millisecond).Milliseconds())); err != nil {
+			c.close()
+			return m.failed("connecting", err, false)
 		}
 		m.conn = c
 	}
 	if !m.schemaOK {
 		// Looked for again after every refresh that found something missing: the table may have
 		// been dropped (the functions survive it) or a function (the table survives it).
-		if err := ensureFleetSchema(ctx, m.conn, m.cfg.table); err != nil {
+		if err := ensureFleetSchema(pctx, m.conn, m.cfg.table); err != nil {
 			m.setSchemaMissing(sqlState(err) == "42501", err)
-			return m.failed("preparing the fleet table", err)
+			return m.failed("preparing the fleet table", err, leaseAnswered(pctx, err))
 		}
 		m.schemaOK = true
 		m.setSchemaMissing(false, nil)
 	}
+	// The refresh gets a deadline of its own: what dialing or creating the schema took on a slow
+	// server must not leave it too little, since a refresh that its deadline interrupts costs the
+	// lease connection, and with it the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), m.statementTimeout())
+	defer cancel()
 	if !m.joined {
 		m.id = rand.Int32N(1<<31-1) + 1
 	}
@@ -270,7 +279,7 @@ func (m *fleetMember) turn() time.Duration {
 		case "42883": // undefined_function
 			m.schemaOK = false
 		}
-		wait := m.failed("refreshing the lease", err)
+		wait := m.failed("refreshing the lease", err, leaseAnswered(ctx, err))
 		if rowGone {
 			// Only the lock counts us now: without it, fence at once.
 			m.validUntil = time.Time{}
@@ -389,6 +398,26 @@ func (m *fleetMember) want() share {
 	return m.have.join(m.lastTarget)
 }
 
+// statementTimeout bounds a statement on the lease connection: queryTimeout, and for a member
+// holding a share the time until it must fence, so that a statement that hangs does not hold the
+// loop past that moment.
+func (m *fleetMember) statementTimeout() time.Duration {
+	timeout := m.queryTimeout()
+	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
+		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
+	}
+	return timeout
+}
+
+// leaseAnswered reports whether err, of a statement on the lease connection under ctx, is the
+// server's answer on a connection that stays usable: an error with a SQLSTATE other than a lost
+// connection's, and no cancel of ours. A statement that ctx interrupted costs the connection (the
+// call cuts it), and one canceled so (57014 while ctx has ended) may have left it wedged; the
+// server's own statement_timeout (57014 while ctx runs) ends the statement and nothing else.
+func leaseAnswered(ctx context.Context, err error) bool {
+	return !answerLost(err) && (sqlState(err) != "57014" || ctx.Err() == nil)
+}
+
 // queryTimeout bounds one refresh: a third of the TTL, so that a hung query leaves time for
 // another attempt before the member fences.
 func (m *fleetMember) queryTimeout() time.Duration { return max(m.cfg.ttl/3, 100*time.Millisecond) }
@@ -417,11 +446,11 @@ func (m *fleetMember) mustFence() bool {
 // serving from its share. Otherwise the connection is dropped (a new one is dialed next time),
 // and with it any lock a failed join may have left on it; the member then fences once its
 // lease may have expired, at once when its row is known gone.
-func (m *fleetMember) failed(what string, err error) time.Duration {
-	// A canceled statement (57014: our timeout, or the server's statement_timeout) may have left
-	// the connection wedged, and asking it would take the time left before fencing.
+func (m *fleetMember) failed(what string, err error, answered bool) time.Duration {
+	// Only a connection that answered is asked (leaseAnswered): asking one that may be wedged
+	// would take the time left before fencing.
 	keep, lock := false, "not asked"
-	if m.conn != nil && m.joined && !answerLost(err) && sqlState(err) != "57014" {
+	if m.conn != nil && m.joined && answered {
 		var lockErr error
 		keep, lockErr = m.proveLock()
 		switch {
@@ -461,12 +490,7 @@ func (m *fleetMember) failed(what string, err error) time.Duration {
 // should the connection break meanwhile, the next turn finds it broken and drops it, which ends
 // what the lock proved.
 func (m *fleetMember) proveLock() (bool, error) {
-	timeout := m.queryTimeout()
-	if !m.have.equal(zeroShare(len(m.have.concurrent))) {
-		// Like a refresh, the question must not hold the loop past the moment to fence.
-		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), m.statementTimeout())
 	defer cancel()
 	sent := time.Now()
 	rows, err := m.conn.query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted

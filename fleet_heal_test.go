@@ -131,6 +131,95 @@ func TestFleetHealsADroppedTable(t *testing.T) {
 	})
 }
 
+// TestFleetKeepsItsShareWhileTheSchemaCannotBeMadeInTime: the table is dropped while another
+// session holds the lock under which the schema is made (a slow server, a migration), for longer
+// than a member may go without proving its membership. Each attempt to make the table waits
+// until the server's statement_timeout ends it, short of the member's own deadline: the lease
+// connection survives with its lock, the member proves it again and keeps its share, and the
+// table is made once the lock is free. A deadline of the member's that interrupted the attempt
+// would cut the lease connection, and with it the lock that counts the member.
+func TestFleetKeepsItsShareWhileTheSchemaCannotBeMadeInTime(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, healTTL, healRefresh)
+		defer ft.watchDeclared()()
+		dial, _ := ft.dialerWith(drv, "")
+		a, ta := ft.member(dial, nil)
+		b, tb := ft.member(dial, nil)
+		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		changes := shareChanges(a, b)
+		tx, err := ft.adm.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'))"); err != nil {
+			t.Fatal(err)
+		}
+		dropped := time.Now()
+		if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
+			t.Fatal(err)
+		}
+		// A TTL: beyond the fence interval (two thirds of it) after the last refresh.
+		waitFor(t, "a TTL after the drop", func() bool { return time.Since(dropped) > ft.ttl })
+		if ft.exists("regclass", ft.table) {
+			t.Fatal("the table was made while the schema lock was held")
+		}
+		if c := shareChanges(a, b); c != changes {
+			t.Fatalf("the shares changed %d times while the schema could not be made, want none: the members were to keep them", c-changes)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the table made again", func() bool { return ft.exists("regclass", ft.table) })
+		ft.waitShares("after the table was made", []*fakeTarget{ta, tb}, 6, 6)
+		if c := shareChanges(a, b); c != changes {
+			t.Errorf("the shares changed %d times after the drop, want none", c-changes)
+		}
+	})
+}
+
+// TestFleetKeepsItsShareWhileAMigrationLocksTheTable: another session locks the fleet's table
+// (a migration in a long transaction) for longer than a member may go without proving its
+// membership. Every refresh waits behind the lock until the server's statement_timeout on the
+// lease connection ends it, short of the member's own deadline: the connection survives with its
+// lock, the member proves it and keeps its share, and the refreshes go on once the lock is gone.
+func TestFleetKeepsItsShareWhileAMigrationLocksTheTable(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, drv string) {
+		ft := newFleetTest(t, totals12, healTTL, healRefresh)
+		defer ft.watchDeclared()()
+		dial, _ := ft.dialerWith(drv, "")
+		a, ta := ft.member(dial, nil)
+		b, tb := ft.member(dial, nil)
+		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+		tx, err := ft.adm.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.Exec("LOCK TABLE " + ft.table + " IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		locked := time.Now()
+		waitFor(t, "a TTL after the lock", func() bool { return time.Since(locked) > ft.ttl })
+		if e := a.stats().RefreshErrors + b.stats().RefreshErrors; e == errs {
+			t.Fatal("no refresh failed while the table was locked: the lock did not hold them up")
+		}
+		if c := shareChanges(a, b); c != changes {
+			t.Fatalf("the shares changed %d times while the table was locked, want none: the members were to keep them", c-changes)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		ft.refreshes(ta.name, 2)
+		ft.refreshes(tb.name, 2)
+		ft.waitShares("after the lock", []*fakeTarget{ta, tb}, 6, 6)
+		if c := shareChanges(a, b); c != changes {
+			t.Errorf("the shares changed %d times after the lock, want none", c-changes)
+		}
+	})
+}
+
 // TestFleetHealsADroppedRefreshFunction: the refresh function of this version is dropped under a
 // running fleet. Every refresh fails until a member's next turn creates it again; the members
 // keep their shares meanwhile (their rows and locks count them), and a newcomer joins afterwards.

@@ -65,9 +65,15 @@ func fleetKey(name string) int32 {
 }
 
 // fleetSchema returns the statements that create the table and its functions, serialized under a
-// transaction-level advisory lock so that instances starting together do not race.
-func fleetSchema(table string) string {
+// transaction-level advisory lock so that instances starting together do not race, each statement
+// ended by the server after timeout (0: none; else at least a millisecond).
+func fleetSchema(table string, timeout time.Duration) string {
+	ms := timeout.Milliseconds()
+	if timeout > 0 {
+		ms = max(ms, 1)
+	}
 	return fmt.Sprintf(`BEGIN;
+SET LOCAL statement_timeout = %[3]d;
 SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'));
 DO $do$
 BEGIN
@@ -240,7 +246,7 @@ $fn$$ddl$;
 END IF;
 END
 $do$;
-COMMIT`, table, fleetRefreshSignature(table))
+COMMIT`, table, fleetRefreshSignature(table), ms)
 }
 
 // fleetRefreshSignature is the refresh function's signature, which names its version: each
@@ -509,7 +515,14 @@ func ensureFleetSchema(ctx context.Context, c leaseConn, table string) error {
 			return nil
 		}
 	}
-	if err := c.exec(ctx, fleetSchema(table)); err != nil {
+	// The server ends the transaction before ctx does: a statement that ctx interrupts costs the
+	// connection it ran on (the call cuts it), and a member's lease connection holds its lock. It
+	// answers 57014 instead, with a quarter of the time left to roll back.
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl)*3/4, time.Millisecond)
+	}
+	if err := c.exec(ctx, fleetSchema(table, timeout)); err != nil {
 		if rerr := c.exec(ctx, "ROLLBACK"); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
