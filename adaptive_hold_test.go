@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -399,12 +400,20 @@ func TestAutoFirstOperationOnANewConnectionIsNoSample(t *testing.T) {
 		t.Fatalf("the fake opened %d connections, want 1: the second operation must have reused the first's", n)
 	}
 
-	// A first operation that a deadline ended is overload all the same.
-	db2, c2, _ := openFake(t, "gate_max_conns=1 gate_concurrent=auto gate_queue=1")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
-	if _, err := db2.ExecContext(ctx, "BLOCK never"); err == nil {
-		t.Fatal("BLOCK under an ended deadline succeeded")
+	// A first operation that a deadline ended while it ran is overload all the same.
+	db2, c2, fd2 := openFake(t, "gate_max_conns=1 gate_concurrent=auto gate_queue=1")
+	ctx := newDeadlineAt()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := db2.ExecContext(ctx, "BLOCK never")
+		errc <- err
+	}()
+	if err := fd2.WaitBlocked(context.Background(), "never", 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx.pass()
+	if err := <-errc; err == nil {
+		t.Fatal("BLOCK succeeded although its deadline passed")
 	}
 	window2 := func() (ok, overload, failed int) {
 		c2.gate.mu.Lock()
@@ -418,3 +427,28 @@ func TestAutoFirstOperationOnANewConnectionIsNoSample(t *testing.T) {
 		t.Fatalf("after a first operation that its deadline ended the window holds %d ok, %d overload, %d unmeasured; want 0, 1, 0", ok, over, failed)
 	}
 }
+
+// deadlineAt is a context whose deadline passes when the test calls pass: at a moment it chooses,
+// such as once an operation is known to run.
+type deadlineAt struct {
+	context.Context // Background's values and no deadline known in advance
+	done            chan struct{}
+	once            sync.Once
+}
+
+func newDeadlineAt() *deadlineAt {
+	return &deadlineAt{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (d *deadlineAt) Done() <-chan struct{} { return d.done }
+
+func (d *deadlineAt) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+func (d *deadlineAt) pass() { d.once.Do(func() { close(d.done) }) }

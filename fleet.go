@@ -237,7 +237,7 @@ func (m *fleetMember) turn() time.Duration {
 		// member's deadline would: interrupted by that deadline, the statement would cost the
 		// connection and the lock that counts the member; ended by the server, it leaves both,
 		// and the member proves the lock instead (failed).
-		if err := c.exec(pctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()*3/4, time.Millisecond).Milliseconds())); err != nil {
+		if err := c.exec(pctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()/2, time.Millisecond).Milliseconds())); err != nil {
 			c.close()
 			return m.failed("connecting", err, false)
 		}

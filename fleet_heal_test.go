@@ -140,41 +140,17 @@ func TestFleetHealsADroppedTable(t *testing.T) {
 // would cut the lease connection, and with it the lock that counts the member.
 func TestFleetKeepsItsShareWhileTheSchemaCannotBeMadeInTime(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		ft := newFleetTest(t, totals12, healTTL, healRefresh)
-		defer ft.watchDeclared()()
-		dial, _ := ft.dialerWith(drv, "")
-		a, ta := ft.member(dial, nil)
-		b, tb := ft.member(dial, nil)
-		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
-		changes := shareChanges(a, b)
-		tx, err := ft.adm.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		if _, err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'))"); err != nil {
-			t.Fatal(err)
-		}
-		dropped := time.Now()
-		if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
-			t.Fatal(err)
-		}
-		// A TTL: beyond the fence interval (two thirds of it) after the last refresh.
-		waitFor(t, "a TTL after the drop", func() bool { return time.Since(dropped) > ft.ttl })
-		if ft.exists("regclass", ft.table) {
-			t.Fatal("the table was made while the schema lock was held")
-		}
-		if c := shareChanges(a, b); c != changes {
-			t.Fatalf("the shares changed %d times while the schema could not be made, want none: the members were to keep them", c-changes)
-		}
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the table made again", func() bool { return ft.exists("regclass", ft.table) })
-		ft.waitShares("after the table was made", []*fakeTarget{ta, tb}, 6, 6)
-		if c := shareChanges(a, b); c != changes {
-			t.Errorf("the shares changed %d times after the drop, want none", c-changes)
-		}
+		keepsSharesWhileHeld(t, drv, func(ft *fleetTest) string {
+			return "SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'))"
+		}, func(ft *fleetTest) {
+			if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
+				t.Fatal(err)
+			}
+		}, func(ft *fleetTest, _ int64) {
+			if ft.exists("regclass", ft.table) {
+				t.Fatal("the table was made while the schema lock was held")
+			}
+		})
 	})
 }
 
@@ -185,39 +161,55 @@ func TestFleetKeepsItsShareWhileTheSchemaCannotBeMadeInTime(t *testing.T) {
 // lock, the member proves it and keeps its share, and the refreshes go on once the lock is gone.
 func TestFleetKeepsItsShareWhileAMigrationLocksTheTable(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		ft := newFleetTest(t, totals12, healTTL, healRefresh)
-		defer ft.watchDeclared()()
-		dial, _ := ft.dialerWith(drv, "")
-		a, ta := ft.member(dial, nil)
-		b, tb := ft.member(dial, nil)
-		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
-		changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
-		tx, err := ft.adm.Begin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		if _, err := tx.Exec("LOCK TABLE " + ft.table + " IN ACCESS EXCLUSIVE MODE"); err != nil {
-			t.Fatal(err)
-		}
-		locked := time.Now()
-		waitFor(t, "a TTL after the lock", func() bool { return time.Since(locked) > ft.ttl })
-		if e := a.stats().RefreshErrors + b.stats().RefreshErrors; e == errs {
-			t.Fatal("no refresh failed while the table was locked: the lock did not hold them up")
-		}
-		if c := shareChanges(a, b); c != changes {
-			t.Fatalf("the shares changed %d times while the table was locked, want none: the members were to keep them", c-changes)
-		}
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		ft.refreshes(ta.name, 2)
-		ft.refreshes(tb.name, 2)
-		ft.waitShares("after the lock", []*fakeTarget{ta, tb}, 6, 6)
-		if c := shareChanges(a, b); c != changes {
-			t.Errorf("the shares changed %d times after the lock, want none", c-changes)
-		}
+		keepsSharesWhileHeld(t, drv, func(ft *fleetTest) string {
+			return "LOCK TABLE " + ft.table + " IN ACCESS EXCLUSIVE MODE"
+		}, func(*fleetTest) {}, func(ft *fleetTest, failed int64) {
+			if failed == 0 {
+				t.Fatal("no refresh failed while the table was locked: the lock did not hold them up")
+			}
+		})
 	})
+}
+
+// keepsSharesWhileHeld starts two members of a new fleet over drv and, once they hold 6 and 6,
+// runs hold's statement in a transaction of the test's, then disturb. The transaction stays open
+// for a TTL, beyond the fence interval after the members' last refresh, and meanwhile neither
+// member's share may change; check then looks at the fleet, given how many refreshes failed
+// meanwhile. Once the transaction has ended, both members must refresh again and hold 6 and 6,
+// their shares never changed.
+func keepsSharesWhileHeld(t *testing.T, drv string, hold func(*fleetTest) string, disturb func(*fleetTest), check func(ft *fleetTest, failed int64)) {
+	t.Helper()
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	defer ft.watchDeclared()()
+	dial, _ := ft.dialerWith(drv, "")
+	a, ta := ft.member(dial, nil)
+	b, tb := ft.member(dial, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+	tx, err := ft.adm.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(hold(ft)); err != nil {
+		t.Fatal(err)
+	}
+	held := time.Now()
+	disturb(ft)
+	waitFor(t, "a TTL", func() bool { return time.Since(held) > ft.ttl })
+	if c := shareChanges(a, b); c != changes {
+		t.Fatalf("the shares changed %d times while the transaction held, want none: the members were to keep them", c-changes)
+	}
+	check(ft, a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	ft.refreshes(ta.name, 2)
+	ft.refreshes(tb.name, 2)
+	ft.waitShares("after the transaction", []*fakeTarget{ta, tb}, 6, 6)
+	if c := shareChanges(a, b); c != changes {
+		t.Errorf("the shares changed %d times after the transaction, want none", c-changes)
+	}
 }
 
 // TestFleetHealsADroppedRefreshFunction: the refresh function of this version is dropped under a

@@ -517,10 +517,10 @@ func ensureFleetSchema(ctx context.Context, c leaseConn, table string) error {
 	}
 	// The server ends the transaction before ctx does: a statement that ctx interrupts costs the
 	// connection it ran on (the call cuts it), and a member's lease connection holds its lock. It
-	// answers 57014 instead, with a quarter of the time left to roll back.
+	// answers 57014 instead, with half of the time left for the answer to arrive and to roll back.
 	var timeout time.Duration
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(dl)*3/4, time.Millisecond)
+		timeout = max(time.Until(dl)/2, time.Millisecond)
 	}
 	if err := c.exec(ctx, fleetSchema(table, timeout)); err != nil {
 		if rerr := c.exec(ctx, "ROLLBACK"); rerr != nil {

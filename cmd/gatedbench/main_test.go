@@ -62,7 +62,7 @@ func TestRunWritesParsableOutputs(t *testing.T) {
 	}
 	for _, r := range append(q.Unloaded, q.Rows...) {
 		if r.Success == 0 {
-			t.Errorf("overload %g× %s: no success", r.Load, r.Contender)
+			t.Errorf("overload %g× %s: no success (%s, late %d)", r.Load, r.Contender, r.brief(), r.Late)
 		}
 		if r.Contender == gatedName && r.Other != 0 {
 			t.Errorf("overload %g× gated: %d unexpected errors, the first: %s", r.Load, r.Other, r.FirstOther)
@@ -70,6 +70,10 @@ func TestRunWritesParsableOutputs(t *testing.T) {
 		if r.Contender == gatedName && r.Peaks.Waiting > cfg.Q {
 			t.Errorf("overload %g× gated: %d waiting > Q = %d", r.Load, r.Peaks.Waiting, cfg.Q)
 		}
+	}
+
+	if t.Failed() {
+		t.Logf("progress:\n%s", log.String())
 	}
 
 	md, err := os.ReadFile(filepath.Join(cfg.Out, "results.md"))
