@@ -158,6 +158,12 @@ func TestFleetOfProcessesHoldsTheBudget(t *testing.T) {
 	for _, v := range f.violations {
 		t.Error(v)
 	}
+	if f.missed > 0 {
+		t.Logf("%d samples of pg_stat_activity missed (the server did not answer within 1 s), the last: %v", f.missed, f.lastMiss)
+	}
+	if f.missed*10 > f.samples {
+		t.Errorf("%d samples of pg_stat_activity missed against %d taken: the fleet was not watched", f.missed, f.samples)
+	}
 	if f.samples < 100 || f.statSamples < 100 {
 		t.Errorf("only %d samples of pg_stat_activity and %d of the stats", f.samples, f.statSamples)
 	}
@@ -220,6 +226,8 @@ type fleet struct {
 	worst       int // the most backends of the fleet's role in a sample
 	worstOver   int // the most by which they exceeded the total and one lease per live instance
 	statSamples int
+	missed      int   // samples of pg_stat_activity the server did not answer in time
+	lastMiss    error // why the last of them was missed
 	worstSeat   time.Duration
 	violations  []string
 }
@@ -381,8 +389,13 @@ func (f *fleet) sample() (stop func()) {
 			byApp, err := f.backends(ctx)
 			cancel()
 			if err != nil {
-				f.t.Errorf("sampling pg_stat_activity: %v", err)
-				return
+				// A sample the loaded server did not answer in time is missed, not a failure:
+				// the test counts the misses and wants most samples taken.
+				f.mu.Lock()
+				f.missed++
+				f.lastMiss = err
+				f.mu.Unlock()
+				continue
 			}
 			n := 0
 			for _, c := range byApp {
