@@ -216,6 +216,18 @@ func sampleOf(t *testing.T, cn *sql.Conn) (raw, hold time.Duration) {
 	return raw, hold
 }
 
+// ageOf returns how long ago data last arrived on cn's physical connection (0: unknown).
+func ageOf(t *testing.T, cn *sql.Conn) (age time.Duration) {
+	t.Helper()
+	if err := cn.Raw(func(dc any) error {
+		age = dc.(*conn).binding.pc.answerAge()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return age
+}
+
 // The sample leaves out the time the client sat on the database's answer (sleeping after a
 // statement, or between two rows of a result), and nothing of the time the server itself took:
 // after a slow statement (pg_sleep) the sample is at least the statement's time. A notification
@@ -329,7 +341,16 @@ func TestAutoHoldLeavesOutTheClientsWaitAfterTheAnswer(t *testing.T) {
 					if _, err := adm.ExecContext(ctx, "NOTIFY "+channel); err != nil {
 						t.Fatal(err)
 					}
-					time.Sleep(wait / 4)
+					if knows {
+						// Until the notification has reached the socket: the listening backend sends
+						// it when it gets to it, later than NOTIFY's answer on a loaded server.
+						testwait.For(t, "the notification on the socket", func() bool {
+							age := ageOf(t, cn)
+							return age > 0 && age <= monoNow()-notified+recvAgeStep(0)
+						})
+					} else {
+						time.Sleep(wait / 4)
+					}
 					raw, hold := sampleOf(t, cn)
 					// The notification arrived after notified: at most the time since then is
 					// the client's, whatever came before.
