@@ -117,7 +117,7 @@ type fleetMember struct {
 	leaseStart time.Time
 	prevPID    int64
 	prevStart  time.Time
-	lastErr    string // what failed in the current streak of failures, logged once; "" after a success
+	lastErr    string // what failed in the current streak of failures and whether the lease connection was kept, logged once; "" after a success
 
 	// Tests only: skew (ns) moves the database's clock as this member's refreshes read it;
 	// beforeStep, when set before start, runs at the start of every turn; crashed makes close
@@ -468,10 +468,11 @@ func (m *fleetMember) failed(what string, err error, answered bool) time.Duratio
 	m.mu.Lock()
 	m.status.RefreshErrors++
 	m.mu.Unlock()
-	// One line per streak of failures of one kind, not one per refresh; a schema this role may
-	// not create is said once by setSchemaMissing, whatever failed before it.
-	if what != m.lastErr && m.log != nil && !m.schemaMissing() {
-		m.lastErr = what
+	// One line per streak of failures of one kind, not one per refresh: what failed, and whether
+	// the lease connection was kept (a failure that costs it comes before a fence and says why).
+	// A schema this role may not create is said once by setSchemaMissing, whatever failed before.
+	if kind := fmt.Sprint(what, keep); kind != m.lastErr && m.log != nil && !m.schemaMissing() {
+		m.lastErr = kind
 		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
 			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String(), "lock", lock)
 	}
