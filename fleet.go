@@ -228,20 +228,9 @@ func (m *fleetMember) turn() time.Duration {
 	pctx, pcancel := context.WithTimeout(context.Background(), m.statementTimeout())
 	defer pcancel()
 	if m.conn == nil {
-		c, err := m.dial(pctx)
-		if err != nil {
+		if err := m.connect(pctx); err != nil {
 			return m.failed("connecting", err, false)
 		}
-		// The server ends a statement of the lease connection that runs too long (a refresh
-		// that waits behind a migration's lock on the table, on a slow server) before the
-		// member's deadline would: interrupted by that deadline, the statement would cost the
-		// connection and the lock that counts the member; ended by the server, it leaves both,
-		// and the member proves the lock instead (failed).
-		if err := c.exec(pctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()/2, time.Millisecond).Milliseconds())); err != nil {
-			c.close()
-			return m.failed("connecting", err, false)
-		}
-		m.conn = c
 	}
 	if !m.schemaOK {
 		// Looked for again after every refresh that found something missing: the table may have
@@ -398,12 +387,36 @@ func (m *fleetMember) want() share {
 	return m.have.join(m.lastTarget)
 }
 
+// connect dials the lease connection. The server ends a statement on it that runs too long (a
+// refresh that waits behind a migration's lock on the table, on a slow server) before the
+// member's deadline would: interrupted by that deadline, the statement would cost the connection
+// and the lock that counts the member; ended by the server, it leaves both, and the member proves
+// the lock instead (failed).
+func (m *fleetMember) connect(ctx context.Context) error {
+	c, err := m.dial(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.exec(ctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()/2, time.Millisecond).Milliseconds())); err != nil {
+		c.close()
+		return err
+	}
+	m.conn = c
+	return nil
+}
+
+// holding reports whether the member has joined and holds a share, which the others count only
+// until valid.
+func (m *fleetMember) holding() bool {
+	return m.joined && !m.have.equal(zeroShare(len(m.have.concurrent)))
+}
+
 // statementTimeout bounds a statement on the lease connection: queryTimeout, and for a member
 // holding a share the time until it must fence, so that a statement that hangs does not hold the
 // loop past that moment.
 func (m *fleetMember) statementTimeout() time.Duration {
 	timeout := m.queryTimeout()
-	if m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) {
+	if m.holding() {
 		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
 	}
 	return timeout
@@ -436,7 +449,7 @@ func (m *fleetMember) valid() time.Time {
 
 // mustFence reports whether the member holds a share that the others may no longer count.
 func (m *fleetMember) mustFence() bool {
-	return m.joined && !m.have.equal(zeroShare(len(m.have.concurrent))) && time.Now().After(m.valid())
+	return m.holding() && time.Now().After(m.valid())
 }
 
 // failed records a failed turn and returns the wait before the next. The share is kept. The

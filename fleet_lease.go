@@ -66,12 +66,8 @@ func fleetKey(name string) int32 {
 
 // fleetSchema returns the statements that create the table and its functions, serialized under a
 // transaction-level advisory lock so that instances starting together do not race, each statement
-// ended by the server after timeout (0: none; else at least a millisecond).
+// ended by the server after timeout, in whole milliseconds (0: none).
 func fleetSchema(table string, timeout time.Duration) string {
-	ms := timeout.Milliseconds()
-	if timeout > 0 {
-		ms = max(ms, 1)
-	}
 	return fmt.Sprintf(`BEGIN;
 SET LOCAL statement_timeout = %[3]d;
 SELECT pg_advisory_xact_lock(hashtext('gated_fleet_schema'));
@@ -246,7 +242,7 @@ $fn$$ddl$;
 END IF;
 END
 $do$;
-COMMIT`, table, fleetRefreshSignature(table), ms)
+COMMIT`, table, fleetRefreshSignature(table), timeout.Milliseconds())
 }
 
 // fleetRefreshSignature is the refresh function's signature, which names its version: each
