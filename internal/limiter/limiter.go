@@ -106,6 +106,9 @@ const (
 	// proofWindows: windows in a row at more concurrency than an unproven baseline was
 	// measured at, within gradientFlat of it, that prove it (see baseline).
 	proofWindows = 2
+	// coldFaster: a halving in the cold start whose window served this much more than any
+	// before it shows a machine that got faster, not a lower limit that serves more.
+	coldFaster = 1.5
 )
 
 // A Limit is the state of one gate's gate_concurrent=auto. Its caller serializes every call.
@@ -282,8 +285,12 @@ func (a *Limit) reset() {
 // then goes back to the lowest one that served as much as any (by Little's law, within
 // gradientProbeGain of the most a window served), and the gradient rule takes over. Past a
 // CPU-bound server's cores fewer operations serve as much, each sooner, and the limit stays
-// low; a sleeping query loses one window at half the limit, once. Waits and refusals never
-// count, only what the database served.
+// low; a sleeping query loses one window at half the limit, once. A halving never serves far more
+// (coldFaster) than any limit above it did: a window that does ran on a machine that got faster
+// (the client's or the server's CPU was starved while the windows before ran, as when a deploy
+// starts beside other work), and the descent ends there, back at the ceiling with that window's
+// baseline, instead of reading the shorter hold times as queueing that the halvings cured. Waits
+// and refusals never count, only what the database served.
 func (a *Limit) descend(w *windowStats, pressed bool) {
 	if !pressed {
 		// Demand fits the limit: nothing to learn. Halvings it no longer judges are undone.
@@ -292,7 +299,16 @@ func (a *Limit) descend(w *windowStats, pressed bool) {
 		}
 		return
 	}
-	if rate := servedRate(w); gradientProbeGain*rate >= a.coldRate {
+	rate := servedRate(w)
+	if a.coldRTT > 0 && rate > coldFaster*a.coldRate {
+		// A halving does not serve this much more: the machine got faster (it was starved while
+		// the windows before ran), and they measured nothing of it. Back to the ceiling, with
+		// this window's median as the baseline: the gradient rule judges the ceiling against it.
+		a.limit, a.coldRTT = float64(a.max), 0
+		a.warm(w)
+		return
+	}
+	if gradientProbeGain*rate >= a.coldRate {
 		a.coldRate, a.coldKeep = max(a.coldRate, rate), float64(a.Current())
 	}
 	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT || a.Current() <= a.min {

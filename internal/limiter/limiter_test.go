@@ -949,6 +949,25 @@ func TestLimiterStartsAtTheCeilingAndDescendsOnlyWhileFewerServeAsMuch(t *testin
 	}
 }
 
+// A gate that starts while its machine is starved (other work takes the cores the client and the
+// server share: every operation is slow, and a limit serves about what any other does) and
+// whose machine then gets its cores back: the descent that began in the starved windows must not
+// keep a limit it chose from them. A sleeping query then serves what the ceiling serves within
+// a second of the starvation's end.
+func TestLimiterColdStartOnAStarvedMachineKeepsNoLimitItChoseThere(t *testing.T) {
+	starved := func(n int) time.Duration { return 20*time.Millisecond + time.Duration(n)*30*time.Millisecond }
+	sleep := sleepBound(20 * time.Millisecond)
+	for _, d := range []time.Duration{500 * time.Millisecond, time.Second} {
+		t.Run(d.String(), func(t *testing.T) {
+			tr := simulate(chosenAlgorithm, 1, simP, []phase{
+				{d: d, db: starved, demand: 40},
+				{d: time.Second, db: sleep, demand: 40},
+			})
+			wantGoodput(t, tr, 1, 0.9, sleep.goodput(simP), "the fixed limit P")
+		})
+	}
+}
+
 // Idle forgets: samples of an overload that left a window open, then a second of idle time, say
 // nothing of the load after it. The window after the idle time holds only what came after.
 func TestLimiterForgetsAnOpenWindowAfterIdleTime(t *testing.T) {
@@ -1042,7 +1061,7 @@ func TestLimiterConfirmsAProbeByTheWindowAfterIt(t *testing.T) {
 }
 
 func TestLimiterColdStartBaselineIsTheFasterOfTheWindowsThatShowedNoQueueing(t *testing.T) {
-	// The descent halves 8 to 4 (20ms to 5ms: queueing) and 4 to 2, whose window ran in a
+	// The descent halves 8 to 4 (10ms to 5ms: queueing) and 4 to 2, whose window ran in a
 	// slower stretch of the machine: 5.8ms, no shorter than 4's. Neither queued; the faster
 	// is the baseline, measured at 2 running.
 	a := newLimit(chosenAlgorithm(), 1, simP)
@@ -1056,7 +1075,7 @@ func TestLimiterColdStartBaselineIsTheFasterOfTheWindowsThatShowedNoQueueing(t *
 	for _, w := range []struct {
 		hold  time.Duration
 		limit int // after the window
-	}{{20 * time.Millisecond, 4}, {5 * time.Millisecond, 2}, {millis(5.8), 4}} {
+	}{{10 * time.Millisecond, 4}, {5 * time.Millisecond, 2}, {millis(5.8), 4}} {
 		window(w.hold)
 		if got := a.Current(); got != w.limit {
 			t.Fatalf("after a window of %v the limit is %d, want %d", w.hold, got, w.limit)
