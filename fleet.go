@@ -225,13 +225,16 @@ func (m *fleetMember) turn() time.Duration {
 		m.fence("its lease may have expired (no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
 			", or its row is gone) and no lock proves its membership")
 	}
-	pctx, pcancel := context.WithTimeout(context.Background(), m.statementTimeout())
-	defer pcancel()
 	if m.conn == nil {
-		if err := m.connect(pctx); err != nil {
+		if err := m.connect(); err != nil {
+			if m.halt.Err() != nil {
+				return 0 // closed meanwhile: the loop ends
+			}
 			return m.failed("connecting", err, false)
 		}
 	}
+	pctx, pcancel := context.WithTimeout(context.Background(), m.statementTimeout())
+	defer pcancel()
 	if !m.schemaOK {
 		// Looked for again after every refresh that found something missing: the table may have
 		// been dropped (the functions survive it) or a function (the table survives it).
@@ -392,7 +395,18 @@ func (m *fleetMember) want() share {
 // member's deadline would: interrupted by that deadline, the statement would cost the connection
 // and the lock that counts the member; ended by the server, it leaves both, and the member proves
 // the lock instead (failed).
-func (m *fleetMember) connect(ctx context.Context) error {
+// A member holding a share dials within statementTimeout, as its statements run: it must not
+// wait past its fence. One that holds nothing (a newcomer, or a member fenced or without a seat)
+// waits up to a TTL: on a loaded server a backend can take longer to start than a refresh may
+// take, and a dial abandoned for another only starts another backend, as slow to start. Closing
+// the member ends the wait.
+func (m *fleetMember) connect() error {
+	timeout := m.statementTimeout()
+	if !m.holding() {
+		timeout = max(timeout, m.cfg.ttl)
+	}
+	ctx, cancel := context.WithTimeout(m.halt, timeout)
+	defer cancel()
 	c, err := m.dial(ctx)
 	if err != nil {
 		return err

@@ -656,6 +656,33 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	waitFor(t, "the given-up lease connection terminated", func() bool { return backends(t, ft.adm, app) == 1 })
 }
 
+// TestFleetNewcomerWhoseServerIsSlowToConnectIsSeated: on a loaded server a new backend can take
+// longer to start than a refresh may take. A newcomer holds nothing that a slow dial could keep
+// past a fence, so it waits for the connection instead of abandoning it and starting another
+// backend, which a loaded server would be as slow to start.
+func TestFleetNewcomerWhoseServerIsSlowToConnectIsSeated(t *testing.T) {
+	ft := newFleetTest(t, totals12, 3*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	dial, _ := ft.dialer("")
+	slow := 3 * (&fleetMember{cfg: fleetConfig{ttl: ft.ttl}}).queryTimeout() / 2
+	var dials atomic.Int32
+	_, ta := ft.member(func(ctx context.Context) (leaseConn, error) {
+		dials.Add(1)
+		t := time.NewTimer(slow)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return dial(ctx)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}, nil)
+	ft.waitShares("a newcomer whose every dial takes "+slow.String(), []*fakeTarget{ta}, 12)
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the newcomer dialed %d times, want once", n)
+	}
+}
+
 // TestFleetFailingCoordinationKeepsTheShareThenFences: every refresh of one member is cut by the
 // network before it reaches the server (a reset). It keeps its share while its lease is valid,
 // fences itself before the lease can expire, and the others take its share only after that.

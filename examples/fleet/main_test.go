@@ -386,7 +386,7 @@ func (f *fleet) sample() (stop func()) {
 			case <-tick.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			byApp, err := f.backends(ctx)
+			byApp, detail, err := f.backends(ctx)
 			cancel()
 			if err != nil {
 				// A sample the loaded server did not answer in time is missed, not a failure:
@@ -426,8 +426,8 @@ func (f *fleet) sample() (stop func()) {
 			f.worst = max(f.worst, n)
 			f.worstOver = max(f.worstOver, n-totalConns-alive)
 			if n > totalConns+alive+unseated {
-				f.violations = append(f.violations, fmt.Sprintf("%s: %d backends of the fleet, above the total %d, one lease for each of %d instances alive and one more for each of %d not seated yet: %v",
-					now.Format("15:04:05.000"), n, totalConns, alive, unseated, byApp))
+				f.violations = append(f.violations, fmt.Sprintf("%s: %d backends of the fleet, above the total %d, one lease for each of %d instances alive and one more for each of %d not seated yet: %v; the backends: %v",
+					now.Format("15:04:05.000"), n, totalConns, alive, unseated, byApp, detail))
 			}
 			f.mu.Unlock()
 		}
@@ -488,22 +488,25 @@ func (f *fleet) waitSeated(in *instance) time.Duration {
 }
 
 // backends returns the fleet role's backends by application_name.
-func (f *fleet) backends(ctx context.Context) (map[string]int, error) {
-	rows, err := f.adm.QueryContext(ctx, "SELECT application_name, count(*) FROM pg_stat_activity WHERE usename = 'fleet_app' GROUP BY 1")
+func (f *fleet) backends(ctx context.Context) (byApp map[string]int, detail map[string][]string, err error) {
+	rows, err := f.adm.QueryContext(ctx, `SELECT application_name, coalesce(state, ''), left(query, 32), pid,
+		round(extract(epoch FROM now() - backend_start) * 1000) FROM pg_stat_activity WHERE usename = 'fleet_app'`)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
-	byApp := map[string]int{}
+	byApp, detail = map[string]int{}, map[string][]string{}
 	for rows.Next() {
-		var app string
-		var n int
-		if err := rows.Scan(&app, &n); err != nil {
-			return nil, err
+		var app, state, query string
+		var pid int
+		var ageMs float64
+		if err := rows.Scan(&app, &state, &query, &pid, &ageMs); err != nil {
+			return nil, nil, err
 		}
-		byApp[app] = n
+		byApp[app]++
+		detail[app] = append(detail[app], fmt.Sprintf("pid %d %s %q started %.0f ms ago", pid, state, query, ageMs))
 	}
-	return byApp, rows.Err()
+	return byApp, detail, rows.Err()
 }
 
 func (in *instance) app() string { return fmt.Sprintf("fleet-test-%d", in.n) }
