@@ -411,7 +411,7 @@ func (m *fleetMember) connect() error {
 	if err != nil {
 		return err
 	}
-	if err := c.exec(ctx, fmt.Sprintf("SET statement_timeout = %d", max(m.queryTimeout()/2, time.Millisecond).Milliseconds())); err != nil {
+	if err := c.exec(ctx, fmt.Sprintf("SET statement_timeout = %d", (m.queryTimeout()/2).Milliseconds())); err != nil {
 		c.close()
 		return err
 	}

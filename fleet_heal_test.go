@@ -110,9 +110,7 @@ func TestFleetHealsADroppedTable(t *testing.T) {
 		ft := newFleetTest(t, totals12, healTTL, healRefresh)
 		defer ft.watchDeclared()()
 		dial, _ := ft.dialerWith(drv, "")
-		a, ta := ft.member(dial, nil)
-		b, tb := ft.member(dial, nil)
-		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		a, ta, b, tb := ft.twoSeated(dial)
 		changes := shareChanges(a, b)
 		dropped := time.Now()
 		if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
@@ -186,9 +184,7 @@ func keepsSharesWhileHeld(t *testing.T, drv string, hold func(*fleetTest) string
 	ft := newFleetTest(t, totals12, defaultFleetTTL, healRefresh)
 	defer ft.watchDeclared()()
 	dial, _ := ft.dialerWith(drv, "")
-	a, ta := ft.member(dial, nil)
-	b, tb := ft.member(dial, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	a, ta, b, tb := ft.twoSeated(dial)
 	changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
 	tx, err := ft.adm.Begin()
 	if err != nil {
@@ -224,9 +220,7 @@ func TestFleetHealsADroppedRefreshFunction(t *testing.T) {
 		ft := newFleetTest(t, totals12, healTTL, healRefresh)
 		defer ft.watchDeclared()()
 		dial, _ := ft.dialerWith(drv, "")
-		a, ta := ft.member(dial, nil)
-		b, tb := ft.member(dial, nil)
-		ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+		a, ta, b, tb := ft.twoSeated(dial)
 		changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
 		dropped := time.Now()
 		if _, err := ft.adm.Exec("DROP FUNCTION " + fleetRefreshSignature(ft.table)); err != nil {
@@ -435,9 +429,7 @@ func TestFleetWithoutCreateKeepsItsShareWhileTheSchemaIsGone(t *testing.T) {
 	ft.grant(role)
 	defer ft.watchDeclared()()
 	dial, _ := ft.dialer(roleURL)
-	a, ta := ft.member(dial, nil)
-	b, tb := ft.member(dial, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	a, ta, b, tb := ft.twoSeated(dial)
 
 	dropped := time.Now()
 	if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {

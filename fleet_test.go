@@ -182,6 +182,16 @@ func (ft *fleetTest) member(dial func(context.Context) (leaseConn, error), befor
 	return ft.memberWith(ft.f.totals, dial, beforeStep)
 }
 
+// twoSeated starts two members on the lease dialer dial (nil: the test server's) and waits until
+// they hold 6 and 6 of totals12.
+func (ft *fleetTest) twoSeated(dial func(context.Context) (leaseConn, error)) (a *fleetMember, ta *fakeTarget, b *fleetMember, tb *fakeTarget) {
+	ft.t.Helper()
+	a, ta = ft.member(dial, nil)
+	b, tb = ft.member(dial, nil)
+	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	return a, ta, b, tb
+}
+
 // memberWith is member configured with totals of its own.
 func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
 	ft.seq++
@@ -594,9 +604,7 @@ func TestFleetMemberThatStopsRefreshingKeepsItsShareCounted(t *testing.T) {
 func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
-	a, ta := ft.member(nil, nil)
-	b, tb := ft.member(nil, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	a, ta, b, tb := ft.twoSeated(nil)
 	for _, m := range []*fleetMember{a, b} {
 		m.skew.Store(int64(time.Hour))
 	}
@@ -668,10 +676,10 @@ func TestFleetNewcomerWhoseServerIsSlowToConnectIsSeated(t *testing.T) {
 	var dials atomic.Int32
 	_, ta := ft.member(func(ctx context.Context) (leaseConn, error) {
 		dials.Add(1)
-		t := time.NewTimer(slow)
-		defer t.Stop()
+		timer := time.NewTimer(slow)
+		defer timer.Stop()
 		select {
-		case <-t.C:
+		case <-timer.C:
 			return dial(ctx)
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -902,9 +910,7 @@ func TestFleetSurvivesAServerRestart(t *testing.T) {
 	dial, _ := ft.dialer(cluster.URL())
 	// The fleet's table is on the cluster, which the test's admin connection does not reach.
 	ft.db = openPlain(t, cluster.URL())
-	a, ta := ft.member(dial, nil)
-	b, tb := ft.member(dial, nil)
-	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
+	a, ta, b, tb := ft.twoSeated(dial)
 	errs := a.stats().RefreshErrors + b.stats().RefreshErrors
 	changes := a.stats().ShareChanges + b.stats().ShareChanges
 	cluster.Restart(t)
