@@ -11,10 +11,13 @@ import (
 	"github.com/gatedsql/gated"
 )
 
-// MaxRetryAfter is the largest Retry-After, in seconds, that a [Rejecter] sends. A longer estimate
-// means operations that take seconds each; telling clients to stay away longer than this would
-// mostly keep them away after the backlog is gone.
-const MaxRetryAfter = 10
+// MaxRetryAfter is the largest Retry-After that a [Rejecter] sends (the header carries it as 10,
+// whole seconds). A longer estimate means operations that take seconds each; telling clients to
+// stay away longer than this would mostly keep them away after the backlog is gone.
+const MaxRetryAfter = 10 * time.Second
+
+// maxRetryAfterSeconds is MaxRetryAfter as the header spells it.
+const maxRetryAfterSeconds = int(MaxRetryAfter / time.Second)
 
 // rateWindow is the shortest interval over which a Rejecter measures the gate's admission rate.
 const rateWindow = time.Second
@@ -108,14 +111,14 @@ func (r *Rejecter) RetryAfterFor(err error) int {
 	return r.RetryAfter()
 }
 
-// RetryAfterWorkload returns the Retry-After, in whole seconds from 1 to [MaxRetryAfter], that
+// RetryAfterWorkload returns the Retry-After, in whole seconds from 1 to [MaxRetryAfter] (10), that
 // the Rejecter would send now for a refusal by the gate of workload name ("" or "default" for
 // the default gate; 1 for a name the Connector does not have). It is the time that gate needs
 // to work off what is inside it:
 //
 //	backlog = Running + Waiting              operations ahead of a newcomer, in that gate
 //	rate    = ΔAdmitted / Δt                 that gate's admissions per second, over the history kept
-//	wait    = backlog / rate                 rounded up to whole seconds, clamped to [1, MaxRetryAfter]
+//	wait    = backlog / rate                 rounded up to whole seconds, clamped to [1 s, MaxRetryAfter]
 //
 // The history is two samples of the gate's Admitted counter, taken only when a Retry-After is
 // computed (no goroutine): Δt runs from the older sample, which is replaced by the newer once
@@ -166,8 +169,8 @@ func retryAfterSeconds(backlog int, admitted int64, elapsed time.Duration) int {
 	case admitted <= 0 && elapsed < rateWindow:
 		return 1
 	case admitted <= 0:
-		return MaxRetryAfter
+		return maxRetryAfterSeconds
 	}
 	wait := float64(backlog) * elapsed.Seconds() / float64(admitted)
-	return int(min(max(math.Ceil(wait), 1), MaxRetryAfter))
+	return int(min(max(math.Ceil(wait), 1), float64(maxRetryAfterSeconds)))
 }

@@ -105,11 +105,11 @@ func TestRetryAfterSecondsEstimate(t *testing.T) {
 		{"fast operations round up to one second", 24, 16000, time.Second, 1},
 		{"backlog of 2.5 s", 10, 4, time.Second, 3},
 		{"backlog of exactly 2 s", 8, 6, 1500 * time.Millisecond, 2},
-		{"capped", 100, 1, time.Second, MaxRetryAfter},
+		{"capped", 100, 1, time.Second, 10},
 		{"no history yet", 10, 0, 200 * time.Millisecond, 1},
 		{"half a second of history", 6, 2, 500 * time.Millisecond, 2},
 		{"half a second of history, slow gate", 12, 2, 500 * time.Millisecond, 3},
-		{"nothing admitted for a second", 10, 0, time.Second, MaxRetryAfter},
+		{"nothing admitted for a second", 10, 0, time.Second, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := retryAfterSeconds(tc.backlog, tc.admitted, tc.elapsed); got != tc.want {
@@ -160,7 +160,7 @@ func TestRejecterReadsTheGate(t *testing.T) {
 	if !rj.WriteRejection(rec, err) {
 		t.Fatal("WriteRejection = false for the gate's refusal")
 	}
-	checkRejection(t, rec, 1, MaxRetryAfter)
+	checkRejection(t, rec, 1, int(MaxRetryAfter/time.Second))
 	rec = httptest.NewRecorder()
 	if rj.WriteRejection(rec, errors.New("duplicate key")) {
 		t.Error("WriteRejection = true for another error")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -118,7 +119,7 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 503 || err != nil || ra < 1 || ra > gatedhttp.MaxRetryAfter ||
+		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 503 || err != nil || ra < 1 || ra > int(gatedhttp.MaxRetryAfter/time.Second) ||
 			strings.Contains(string(body), "gated:") {
 			t.Errorf("admission full: %d, Retry-After %q, body %q; want 503 from the Rejecter, without the error's text",
 				resp.StatusCode, resp.Header.Get("Retry-After"), body)
