@@ -9,6 +9,32 @@ import (
 	"github.com/gatedsql/gated/internal/limiter"
 )
 
+// The invariants the gate, the pool and a call's binding keep together, named I1–I7 where the
+// code relies on one:
+//
+//	I1  running ≤ B and running + waiting ≤ B + Q, in every gate
+//	I2  physical connections open (opening, in use, idle or closing) ≤ P
+//	I3  nobody waits in database/sql's own pool: a permit holder always finds a connection
+//	I4  a permit comes back only once the database work it covered has ended (or its
+//	    connection is closed)
+//	I5  a waiter whose context has ended is skipped, never handed a permit
+//	I6  no refusal or gated error reaches database/sql as driver.ErrBadConn (it would retry)
+//	I7  every permit and connection is back once nothing runs
+//
+// Locks, in the order they may be taken (a goroutine holding one takes only those below it):
+//
+//  1. a borrowing gate's mu (lend.go: a gate that borrows never lends)
+//  2. a lending gate's mu
+//  3. the pool's mu: pool.put runs under the releasing gate's mu, so that a permit and its
+//     connection become available together (I3)
+//
+// Leaves, never held while another lock is taken: the statement registry's, the observer's
+// attachment list, the log summary's, a fleet member's and a limiter's state (guarded by its
+// gate's mu). No lock is held while gated calls the inner driver, an Observer or a Logger,
+// destroys a connection or blocks; the one channel send under a gate's mu, a waiter's ready, is
+// buffered. A binding's fields and its physConn have one owner, the call that holds the permit,
+// and need no lock.
+
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
 // Waiters are served first in, first out, or with gate_queue_order=adaptive newest first while
 // the queue is standing (see QueueAdaptive).

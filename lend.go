@@ -11,7 +11,7 @@ import "sync/atomic"
 // of theirs, the operations running in all gates never exceed the sum of all B, at most P, and
 // nobody waits for a physical connection.
 //
-// Locks: a borrower's mutex is taken before a lender's, never the other way round, and a lender
+// Locks (their order is in gate.go): a borrower's mutex is taken before a lender's, and a lender
 // never borrows; a lender that frees a permit lets go of its own mutex before it offers the
 // permit to the borrowers. The cost falls on gates with lending configured, and on their slow
 // paths: a borrower locks a lender only when it has no free permit of its own, or releases a
