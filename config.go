@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -277,7 +278,7 @@ func (c *Config) fillDefaults() {
 // fleetTable, fleetTTL and fleetRefresh return the fleet's settings of c, defaults filled in.
 func (c *Config) fleetTable() string {
 	if c.FleetTable == "" {
-		return defaultFleetTable
+		return fleet.DefaultTable
 	}
 	return c.FleetTable
 }
@@ -436,7 +437,7 @@ func orZero[T ~int | ~int64](v T) T { return max(v, 0) }
 // needs a gate_name is checked by NewConnector, so that ParseDSN reads each key on its own.
 func (c *Config) checkFleet(postgres bool) error {
 	switch ttl, refresh := c.fleetTTL(), c.fleetRefresh(); {
-	case !fleetTableName.MatchString(c.fleetTable()):
+	case !fleet.ValidTable(c.fleetTable()):
 		return &DSNError{Key: keyFleetTable, Err: fmt.Errorf("invalid value %s: want a lowercase identifier, optionally schema-qualified, of at most 54 bytes", shownValue(c.FleetTable))}
 	case ttl < 0:
 		return &DSNError{Key: keyFleetTTL, Err: fmt.Errorf("%v is negative", ttl)}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gatedsql/gated/internal/fleet"
 )
 
 // A Connector is a gate and the physical connection pool behind it. It implements
@@ -68,8 +70,8 @@ type gateSet struct {
 	named map[string]*gate
 	stmts stmtRegistry
 	obs   observer
-	fleet *fleetMember // the set's membership of its fleet (gate_fleet=on), or nil
-	refs  int          // Connectors using the set; guarded by namedSetsMu
+	fleet *fleet.Member // the set's membership of its fleet (gate_fleet=on), or nil
+	refs  int           // Connectors using the set; guarded by namedSetsMu
 }
 
 var (
@@ -128,7 +130,7 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	linkLending(set.gates(), func(g *gate) bool { return lends[g] })
 	set.initObserve(cfg)
 	if cfg.Fleet {
-		set.startFleet(cfg, func(ctx context.Context) (leaseConn, error) { return dialLease(ctx, inner, wrap) })
+		set.startFleet(cfg, func(ctx context.Context) (fleet.Conn, error) { return dialLease(ctx, inner, wrap) })
 	}
 	return set, nil
 }
@@ -190,7 +192,7 @@ func (c *Connector) Close() error {
 	}
 	c.pool.close()
 	if c.set.fleet != nil {
-		c.set.fleet.close() // after the pool: the share is given up once no connection is left
+		c.set.fleet.Close() // after the pool: the share is given up once no connection is left
 	}
 	c.set.closeObserve()
 	return nil

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/gatedsql/gated/internal/pgtest"
 )
 
@@ -85,10 +86,10 @@ func (z *freezer) thaw() {
 
 // shareChanges is the sum of the members' share changes: unchanged while none of them shrank,
 // fenced or grew.
-func shareChanges(ms ...*fleetMember) int64 {
+func shareChanges(ms ...*fleet.Member) int64 {
 	var n int64
 	for _, m := range ms {
-		n += m.stats().ShareChanges
+		n += m.Stats().ShareChanges
 	}
 	return n
 }
@@ -185,7 +186,7 @@ func keepsSharesWhileHeld(t *testing.T, drv string, hold func(*fleetTest) string
 	defer ft.watchDeclared()()
 	dial, _ := ft.dialerWith(drv, "")
 	a, ta, b, tb := ft.twoSeated(dial)
-	changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+	changes, errs := shareChanges(a, b), a.Stats().RefreshErrors+b.Stats().RefreshErrors
 	tx, err := ft.adm.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func keepsSharesWhileHeld(t *testing.T, drv string, hold func(*fleetTest) string
 	if c := shareChanges(a, b); c != changes {
 		t.Fatalf("the shares changed %d times while the transaction held, want none: the members were to keep them", c-changes)
 	}
-	check(ft, a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
+	check(ft, a.Stats().RefreshErrors+b.Stats().RefreshErrors-errs)
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,16 +222,16 @@ func TestFleetHealsADroppedRefreshFunction(t *testing.T) {
 		defer ft.watchDeclared()()
 		dial, _ := ft.dialerWith(drv, "")
 		a, ta, b, tb := ft.twoSeated(dial)
-		changes, errs := shareChanges(a, b), a.stats().RefreshErrors+b.stats().RefreshErrors
+		changes, errs := shareChanges(a, b), a.Stats().RefreshErrors+b.Stats().RefreshErrors
 		dropped := time.Now()
-		if _, err := ft.adm.Exec("DROP FUNCTION " + fleetRefreshSignature(ft.table)); err != nil {
+		if _, err := ft.adm.Exec("DROP FUNCTION " + fleet.RefreshSignature(ft.table)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the refresh function made again", func() bool { return ft.exists("regprocedure", fleetRefreshSignature(ft.table)) })
+		waitFor(t, "the refresh function made again", func() bool { return ft.exists("regprocedure", fleet.RefreshSignature(ft.table)) })
 		ft.refreshes(ta.name, 2)
 		ft.refreshes(tb.name, 2)
 		t.Logf("the fleet refreshed again %v after the drop, %d refreshes failed meanwhile",
-			time.Since(dropped), a.stats().RefreshErrors+b.stats().RefreshErrors-errs)
+			time.Since(dropped), a.Stats().RefreshErrors+b.Stats().RefreshErrors-errs)
 		waitFor(t, "two TTLs after the drop", func() bool { return time.Since(dropped) > 2*ft.ttl })
 		ft.waitShares("two TTLs after the drop", []*fakeTarget{ta, tb}, 6, 6)
 		if c := shareChanges(a, b); c != changes {
@@ -260,7 +261,7 @@ func TestFleetTruncatedTableKeepsTheTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	ft.refreshes(ta.name, 5) // the running member's refreshes after the truncation, each wanting 12 if it could
-	if s := ta.holds(); s.conns != 6 {
+	if s := ta.holds(); s.Conns != 6 {
 		t.Errorf("beside a member whose row was truncated away the other holds %v, want its 6", s)
 	}
 	z.thaw()
@@ -295,7 +296,7 @@ func TestFleetDeletedRowKeepsTheTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	ft.refreshes(ta.name, 5)
-	if s := ta.holds(); s.conns != 6 {
+	if s := ta.holds(); s.Conns != 6 {
 		t.Errorf("beside a member whose row was deleted the other holds %v, want its 6", s)
 	}
 	z.thaw()
@@ -385,7 +386,7 @@ func (ft *fleetTest) grant(role string) {
 	ft.t.Helper()
 	for _, q := range []string{
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + ft.table + " TO " + role,
-		"GRANT EXECUTE ON FUNCTION " + fleetRefreshSignature(ft.table) + " TO " + role,
+		"GRANT EXECUTE ON FUNCTION " + fleet.RefreshSignature(ft.table) + " TO " + role,
 	} {
 		if _, err := ft.adm.Exec(q); err != nil {
 			ft.t.Fatal(err)
@@ -401,8 +402,8 @@ func (ft *fleetTest) createSchema() {
 	if err != nil {
 		ft.t.Fatal(err)
 	}
-	defer c.close()
-	if err := ensureFleetSchema(context.Background(), c, ft.table); err != nil {
+	defer c.Close()
+	if err := fleet.EnsureSchema(context.Background(), c, ft.table); err != nil {
 		ft.t.Fatal(err)
 	}
 }
@@ -435,16 +436,16 @@ func TestFleetWithoutCreateKeepsItsShareWhileTheSchemaIsGone(t *testing.T) {
 	if _, err := ft.adm.Exec("DROP TABLE " + ft.table); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both members to report the table missing", func() bool { return a.stats().SchemaMissing && b.stats().SchemaMissing })
+	waitFor(t, "both members to report the table missing", func() bool { return a.Stats().SchemaMissing && b.Stats().SchemaMissing })
 	c, tc := ft.member(dial, nil)
-	waitFor(t, "the newcomer to report the table missing", func() bool { return c.stats().SchemaMissing })
+	waitFor(t, "the newcomer to report the table missing", func() bool { return c.Stats().SchemaMissing })
 	waitFor(t, "three TTLs after the drop", func() bool { return time.Since(dropped) > 3*ft.ttl })
 	for _, tg := range []*fakeTarget{ta, tb} {
-		if s := tg.holds(); s.conns != 6 {
+		if s := tg.holds(); s.Conns != 6 {
 			t.Errorf("%s holds %v three TTLs after the table was dropped, want its share of 6 kept", tg.name, s)
 		}
 	}
-	if s := tc.holds(); s.conns != 0 {
+	if s := tc.holds(); s.Conns != 0 {
 		t.Errorf("the newcomer holds %v while the table is missing, want nothing", s)
 	}
 	for _, tg := range []*fakeTarget{ta, tb, tc} {
@@ -458,9 +459,9 @@ func TestFleetWithoutCreateKeepsItsShareWhileTheSchemaIsGone(t *testing.T) {
 	back := time.Now()
 	ft.waitShares("the table back", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 	t.Logf("the three members held and declared their shares %v after the table was back (TTL %v)", time.Since(back), ft.ttl)
-	for _, m := range []*fleetMember{a, b, c} {
-		if m.stats().SchemaMissing {
-			t.Errorf("stats report the table missing once it is back: %+v", m.stats())
+	for _, m := range []*fleet.Member{a, b, c} {
+		if m.Stats().SchemaMissing {
+			t.Errorf("stats report the table missing once it is back: %+v", m.Stats())
 		}
 	}
 	for _, tg := range []*fakeTarget{ta, tb} {
@@ -493,7 +494,7 @@ func TestFleetLeaseConnectionKilledInTheMiddleOfARefresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec("SELECT pg_advisory_xact_lock($1, 0)", fleetKey(ft.name)); err != nil {
+		if _, err := tx.Exec("SELECT pg_advisory_xact_lock($1, 0)", fleet.Key(ft.name)); err != nil {
 			t.Fatal(err)
 		}
 		return func() { tx.Rollback() }
@@ -520,7 +521,7 @@ func TestFleetLeaseConnectionKilledInTheMiddleOfARefresh(t *testing.T) {
 	ft.waitShares("the newcomer after its lease connection was killed", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 
 	release = holdGrowth()
-	a.close() // a leaves: b and c ask to grow into its room, and wait on the lock
+	a.Close() // a leaves: b and c ask to grow into its room, and wait on the lock
 	ta.gone()
 	killWaiting(app)
 	release()
@@ -535,7 +536,7 @@ func TestFleetLeaseConnectionKilledInTheMiddleOfARefresh(t *testing.T) {
 // shares again, declared in the table, and the instance serves.
 func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, drv string) {
-		ft := newFleetTest(t, share{conns: 6, concurrent: []int{4}, queue: []int{4}}, healTTL, healRefresh)
+		ft := newFleetTest(t, fleet.Share{Conns: 6, Concurrent: []int{4}, Queue: []int{4}}, healTTL, healRefresh)
 		defer ft.watchDeclared()()
 		params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=%s&gate_fleet_refresh=%s"+
 			"&gate_max_conns=6&gate_concurrent=4&gate_queue=4&gate_queue_wait=50ms", ft.name, ft.table, healTTL, healRefresh)
@@ -543,12 +544,12 @@ func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) 
 		waitFor(t, "the instance seated", func() bool { return c.Stats().Fleet.Conns == 6 })
 		_, tb := ft.member(nil, nil)
 		seated := func() bool {
-			if c.Stats().Fleet.Conns != 3 || tb.holds().conns != 3 {
+			if c.Stats().Fleet.Conns != 3 || tb.holds().Conns != 3 {
 				return false
 			}
 			var n, declared int
 			err := ft.adm.QueryRow(fmt.Sprintf("SELECT count(*), coalesce(sum(conns), 0) FROM %[1]s WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())", ft.table),
-				ft.name, fleetKey(ft.name)).Scan(&n, &declared)
+				ft.name, fleet.Key(ft.name)).Scan(&n, &declared)
 			return err == nil && n == 2 && declared == 6
 		}
 		waitFor(t, "both members seated and declared", seated)
@@ -574,7 +575,7 @@ func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) 
 		}
 		var worst, samples atomic.Int64
 		sampler := repeat(func() bool {
-			held := tb.holds().conns // before the backends: a growth it makes later cannot be counted twice
+			held := tb.holds().Conns // before the backends: a growth it makes later cannot be counted twice
 			var n int
 			if err := ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err == nil {
 				storeMax(&worst, int64(n+held))
@@ -586,7 +587,7 @@ func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) 
 		for _, step := range []struct{ what, sql string }{
 			{"truncated", "TRUNCATE " + ft.table},
 			{"a row deleted", "DELETE FROM " + ft.table + " WHERE member = (SELECT min(member) FROM " + ft.table + " WHERE fleet = '" + ft.name + "')"},
-			{"the refresh function dropped", "DROP FUNCTION " + fleetRefreshSignature(ft.table)},
+			{"the refresh function dropped", "DROP FUNCTION " + fleet.RefreshSignature(ft.table)},
 			{"the table dropped", "DROP TABLE " + ft.table},
 		} {
 			at := served.Load()
@@ -595,7 +596,7 @@ func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) 
 			}
 			disturbed := time.Now()
 			waitFor(t, "the schema back and both members seated and declared after: "+step.what, func() bool {
-				return ft.exists("regclass", ft.table) && ft.exists("regprocedure", fleetRefreshSignature(ft.table)) && seated()
+				return ft.exists("regclass", ft.table) && ft.exists("regprocedure", fleet.RefreshSignature(ft.table)) && seated()
 			})
 			t.Logf("%s: both declared again %v after", step.what, time.Since(disturbed))
 			waitFor(t, "operations served after: "+step.what, func() bool { return served.Load() > at+50 })

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated/internal/fleet"
 )
 
 // TestLeaseConnectionWaitsForANotification, with pgx and lib/pq: a lease connection that listens
@@ -22,23 +24,23 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(listener.close)
+			t.Cleanup(listener.Close)
 			sender, err := dial(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(sender.close)
-			w := notifyWaiterOf(listener)
+			t.Cleanup(sender.Close)
+			w := listener.Waiter()
 			if w == nil {
 				t.Fatalf("a %s lease connection cannot wait for notifications", drv)
 			}
-			channel := notifyChannel(ft.table, ft.name)
-			if err := listenFleet(ctx, listener, channel); err != nil {
+			channel := fleet.NotifyChannel(ft.table, ft.name)
+			if err := fleet.Listen(ctx, listener, channel); err != nil {
 				t.Fatal(err)
 			}
 			usable := func(what string) {
 				t.Helper()
-				rows, err := listener.query(ctx, "SELECT 1")
+				rows, err := listener.Query(ctx, "SELECT 1")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("%s: the lease connection is not usable: %v", what, err)
 				}
@@ -46,7 +48,7 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 
 			// An ended context: its error, and the connection usable.
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			err = w.waitNotify(short, "7")
+			err = w.WaitNotify(short, "7")
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("waitNotify with an ended context: %v, want context.DeadlineExceeded", err)
@@ -59,11 +61,11 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 			for round := range 20 {
 				waited := make(chan error, 1)
 				wctx, wcancel := context.WithCancel(ctx)
-				go func() { waited <- w.waitNotify(wctx, "7") }()
-				if err := notifyFleet(ctx, sender, channel, 7); err != nil {
+				go func() { waited <- w.WaitNotify(wctx, "7") }()
+				if err := fleet.Notify(ctx, sender, channel, 7); err != nil {
 					t.Fatal(err)
 				}
-				if err := notifyFleet(ctx, sender, channel, 8); err != nil {
+				if err := fleet.Notify(ctx, sender, channel, 8); err != nil {
 					t.Fatal(err)
 				}
 				var got error
@@ -83,11 +85,11 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 			}
 
 			// Only its own payload: the wait goes on until its context ends.
-			if err := notifyFleet(ctx, sender, channel, 7); err != nil {
+			if err := fleet.Notify(ctx, sender, channel, 7); err != nil {
 				t.Fatal(err)
 			}
 			short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-			err = w.waitNotify(short, "7")
+			err = w.WaitNotify(short, "7")
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("waitNotify after its own notification only: %v, want context.DeadlineExceeded", err)
@@ -113,7 +115,7 @@ func TestFleetNewcomerIsSeatedOnNotification(t *testing.T) {
 			ft.waitShares("a newcomer beside the first", []*fakeTarget{ta, tb}, 6, 6)
 			_, tc := ft.member(dial, nil)
 			ft.waitShares("a third", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
-			b.close()
+			b.Close()
 			tb.gone()
 			ft.waitShares("after the second left", []*fakeTarget{ta, tc}, 6, 6)
 		})

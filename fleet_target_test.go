@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/gatedsql/gated/internal/pgtest"
 )
 
@@ -80,7 +81,7 @@ func TestPoolSetMaxClosesIdleAtOnceAndInUseOnReturn(t *testing.T) {
 func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 	for _, drv := range innerDrivers {
 		t.Run(drv, func(t *testing.T) {
-			totals := share{conns: 8, concurrent: []int{4, 2}, queue: []int{6, 2}}
+			totals := fleet.Share{Conns: 8, Concurrent: []int{4, 2}, Queue: []int{6, 2}}
 			ft := newFleetTest(t, totals, 2*time.Second, 100*time.Millisecond)
 			defer ft.watchDeclared()()
 			params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms"+
@@ -127,7 +128,7 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 				otherMu.Unlock()
 				held := 0
 				if o != nil {
-					held = o.holds().conns // before the backends: a growth it makes later cannot be counted twice
+					held = o.holds().Conns // before the backends: a growth it makes later cannot be counted twice
 				}
 				n := backends(t, ft.adm, app) + held
 				storeMax(&worst, int64(n))
@@ -141,14 +142,14 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 			otherMu.Lock()
 			other = tg
 			otherMu.Unlock()
-			waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().conns == 4 })
+			waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().Conns == 4 })
 			if s, bs := c.Stats(), batch(); s.Concurrent != 2 || bs.Concurrent != 1 || s.Pool.MaxConns != 4 || s.Fleet.Members != 2 {
 				t.Fatalf("beside another member: B %d and batch %d, P %d, fleet %+v", s.Concurrent, bs.Concurrent, s.Pool.MaxConns, s.Fleet)
 			}
 			waitFor(t, "the instance's backends within its share and its lease", func() bool { return backends(t, ft.adm, app) <= 4+1 })
 			at := samples.Load()
 			waitFor(t, "samples under load beside the other", func() bool { return samples.Load() >= at+20 })
-			m.close()
+			m.Close()
 			tg.gone()
 			waitFor(t, "the instance to grow back", func() bool { return c.Stats().Fleet.Conns == 8 })
 			at = samples.Load()
@@ -157,10 +158,10 @@ func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
 			stop()
 			wg.Wait()
 			// The instance's lease connection is outside the total; the fake member has none.
-			if w := worst.Load(); w > int64(totals.conns)+1 {
-				t.Errorf("at worst the instance's backends and the other member's share added up to %d, above %d and the instance's lease (%d samples)", w, totals.conns, samples.Load())
+			if w := worst.Load(); w > int64(totals.Conns)+1 {
+				t.Errorf("at worst the instance's backends and the other member's share added up to %d, above %d and the instance's lease (%d samples)", w, totals.Conns, samples.Load())
 			}
-			t.Logf("%d samples, at worst %d of %d; %d operations served, %d refused", samples.Load(), worst.Load(), totals.conns, served.Load(), refused.Load())
+			t.Logf("%d samples, at worst %d of %d; %d operations served, %d refused", samples.Load(), worst.Load(), totals.Conns, served.Load(), refused.Load())
 			if served.Load() == 0 {
 				t.Error("no operation was served")
 			}
@@ -207,7 +208,7 @@ func TestFleetConfigurationErrors(t *testing.T) {
 // an instance behind the pooler and a member straight on the server share the totals, and the
 // instance shrinks when the other joins.
 func TestFleetBehindPgBouncerInSessionMode(t *testing.T) {
-	ft := newFleetTest(t, share{conns: 8, concurrent: []int{6}, queue: []int{6}}, 2*time.Second, 100*time.Millisecond)
+	ft := newFleetTest(t, fleet.Share{Conns: 8, Concurrent: []int{6}, Queue: []int{6}}, 2*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	bouncer := startPgBouncerMode(t, "session", 20)
 	params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms&gate_max_conns=8&gate_concurrent=6&gate_queue=6",
@@ -215,7 +216,7 @@ func TestFleetBehindPgBouncerInSessionMode(t *testing.T) {
 	db, c, _ := openPGAt(t, bouncer, "pgx", params)
 	waitFor(t, "the instance behind PgBouncer to hold everything", func() bool { return c.Stats().Fleet.Conns == 8 })
 	_, tg := ft.member(nil, nil)
-	waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().conns == 4 })
+	waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().Conns == 4 })
 	if _, err := db.Exec("SELECT 1"); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/faultproxy"
+	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/gatedsql/gated/internal/pgtest"
 	"github.com/gatedsql/gated/internal/testwait"
 )
@@ -28,18 +29,18 @@ import (
 // A fakeFleet is the instances of one test: what each holds.
 type fakeFleet struct {
 	t      testing.TB
-	totals share
+	totals fleet.Share
 
 	mu         sync.Mutex
-	held       map[*fakeTarget]share
+	held       map[*fakeTarget]fleet.Share
 	violations []string
 	// lower holds the totals of members configured with less than totals: while such a member
 	// holds anything, the instances must hold no more than its totals.
-	lower map[string]share // by the member's name
+	lower map[string]fleet.Share // by the member's name
 }
 
-func newFakeFleet(t testing.TB, totals share) *fakeFleet {
-	f := &fakeFleet{t: t, totals: totals, held: map[*fakeTarget]share{}}
+func newFakeFleet(t testing.TB, totals fleet.Share) *fakeFleet {
+	f := &fakeFleet{t: t, totals: totals, held: map[*fakeTarget]fleet.Share{}}
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -50,17 +51,17 @@ func newFakeFleet(t testing.TB, totals share) *fakeFleet {
 	return f
 }
 
-// A fakeTarget is one instance: it holds what it is moved to. While stuck is set, shrinkTo
+// A fakeTarget is one instance: it holds what it is moved to. While stuck is set, ShrinkTo
 // waits, as an instance whose connections are all in use does.
 type fakeTarget struct {
 	f      *fakeFleet
 	name   string
 	stuck  atomic.Bool
 	zeroed atomic.Int64 // times it went from a seat to nothing: fenced, or gone
-	held   atomic.Int64 // shrinkTo calls that found it stuck
+	held   atomic.Int64 // ShrinkTo calls that found it stuck
 }
 
-func (tg *fakeTarget) shrinkTo(ctx context.Context, s share) error {
+func (tg *fakeTarget) ShrinkTo(ctx context.Context, s fleet.Share) error {
 	if tg.stuck.Load() {
 		tg.held.Add(1)
 	}
@@ -75,32 +76,32 @@ func (tg *fakeTarget) shrinkTo(ctx context.Context, s share) error {
 	return nil
 }
 
-func (tg *fakeTarget) growTo(s share) { tg.set(s) }
+func (tg *fakeTarget) GrowTo(s fleet.Share) { tg.set(s) }
 
-func (tg *fakeTarget) set(s share) {
+func (tg *fakeTarget) set(s fleet.Share) {
 	f := tg.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if b := sum(s.concurrent); b > s.dataConns() {
-		f.violations = append(f.violations, fmt.Sprintf("%s moved to %v: B %d above its %d data connections", tg.name, s, b, s.dataConns()))
+	if b := fleet.Sum(s.Concurrent); b > s.DataConns() {
+		f.violations = append(f.violations, fmt.Sprintf("%s moved to %v: B %d above its %d data connections", tg.name, s, b, s.DataConns()))
 	}
-	if prev, ok := f.held[tg]; ok && prev.conns > 0 && s.conns == 0 {
+	if prev, ok := f.held[tg]; ok && prev.Conns > 0 && s.Conns == 0 {
 		tg.zeroed.Add(1)
 	}
-	f.held[tg] = s.clone()
-	total := zeroShare(len(f.totals.concurrent))
+	f.held[tg] = s.Clone()
+	total := fleet.ZeroShare(len(f.totals.Concurrent))
 	for _, h := range f.held {
-		total.conns += h.conns
-		for i := range h.concurrent {
-			total.concurrent[i] += h.concurrent[i]
-			total.queue[i] += h.queue[i]
+		total.Conns += h.Conns
+		for i := range h.Concurrent {
+			total.Concurrent[i] += h.Concurrent[i]
+			total.Queue[i] += h.Queue[i]
 		}
 	}
-	if !total.within(f.totals) {
+	if !total.Within(f.totals) {
 		f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v, above the totals %v", tg.name, s, total, f.totals))
 	}
 	for low, h := range f.held {
-		if lt, ok := f.lower[low.name]; ok && h.conns > 0 && !total.within(lt) {
+		if lt, ok := f.lower[low.name]; ok && h.Conns > 0 && !total.Within(lt) {
 			f.violations = append(f.violations, fmt.Sprintf("after %s moved to %v the instances hold %v while %s, configured with %v, holds %v",
 				tg.name, s, total, low.name, lt, h))
 		}
@@ -108,15 +109,15 @@ func (tg *fakeTarget) set(s share) {
 }
 
 // gone is a crashed instance: it holds nothing any more.
-func (tg *fakeTarget) gone() { tg.set(zeroShare(len(tg.f.totals.concurrent))) }
+func (tg *fakeTarget) gone() { tg.set(fleet.ZeroShare(len(tg.f.totals.Concurrent))) }
 
-func (tg *fakeTarget) holds() share {
+func (tg *fakeTarget) holds() fleet.Share {
 	tg.f.mu.Lock()
 	defer tg.f.mu.Unlock()
 	if s, ok := tg.f.held[tg]; ok {
-		return s.clone()
+		return s.Clone()
 	}
-	return zeroShare(len(tg.f.totals.concurrent))
+	return fleet.ZeroShare(len(tg.f.totals.Concurrent))
 }
 
 // fleetTest is one test's fleet: a table of its own, a name, a TTL.
@@ -134,7 +135,7 @@ type fleetTest struct {
 	logBuf  *logLines // the members' log when not verbose (failureLog)
 }
 
-func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleetTest {
+func newFleetTest(t *testing.T, totals fleet.Share, ttl, refresh time.Duration) *fleetTest {
 	adm := admin(t)
 	ft := &fleetTest{
 		t: t, f: newFakeFleet(t, totals), adm: adm, ttl: ttl, refresh: refresh,
@@ -156,12 +157,12 @@ func newFleetTest(t *testing.T, totals share, ttl, refresh time.Duration) *fleet
 
 // dialer returns a lease dialer on the server at base ("" for the test server), with an
 // application_name of its own, which it returns.
-func (ft *fleetTest) dialer(base string) (func(context.Context) (leaseConn, error), string) {
+func (ft *fleetTest) dialer(base string) (func(context.Context) (fleet.Conn, error), string) {
 	return ft.dialerWith("pgx", base)
 }
 
 // dialerWith is dialer with the inner driver drv.
-func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (leaseConn, error), string) {
+func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (fleet.Conn, error), string) {
 	if base == "" {
 		base = pgtest.URL(ft.t)
 	}
@@ -174,17 +175,17 @@ func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (leaseC
 	if err != nil {
 		ft.t.Fatal(err)
 	}
-	return func(ctx context.Context) (leaseConn, error) { return dialLease(ctx, connector, wrap) }, app
+	return func(ctx context.Context) (fleet.Conn, error) { return dialLease(ctx, connector, wrap) }, app
 }
 
 // member starts a member with a fake target on the lease dialer dial (nil: the test server's).
-func (ft *fleetTest) member(dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
+func (ft *fleetTest) member(dial func(context.Context) (fleet.Conn, error), beforeStep func()) (*fleet.Member, *fakeTarget) {
 	return ft.memberWith(ft.f.totals, dial, beforeStep)
 }
 
 // twoSeated starts two members on the lease dialer dial (nil: the test server's) and waits until
 // they hold 6 and 6 of totals12.
-func (ft *fleetTest) twoSeated(dial func(context.Context) (leaseConn, error)) (a *fleetMember, ta *fakeTarget, b *fleetMember, tb *fakeTarget) {
+func (ft *fleetTest) twoSeated(dial func(context.Context) (fleet.Conn, error)) (a *fleet.Member, ta *fakeTarget, b *fleet.Member, tb *fakeTarget) {
 	ft.t.Helper()
 	a, ta = ft.member(dial, nil)
 	b, tb = ft.member(dial, nil)
@@ -193,7 +194,7 @@ func (ft *fleetTest) twoSeated(dial func(context.Context) (leaseConn, error)) (a
 }
 
 // memberWith is member configured with totals of its own.
-func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseConn, error), beforeStep func()) (*fleetMember, *fakeTarget) {
+func (ft *fleetTest) memberWith(totals fleet.Share, dial func(context.Context) (fleet.Conn, error), beforeStep func()) (*fleet.Member, *fakeTarget) {
 	ft.seq++
 	tg := &fakeTarget{f: ft.f, name: fmt.Sprintf("member %d", ft.seq)}
 	if dial == nil {
@@ -207,16 +208,10 @@ func (ft *fleetTest) memberWith(totals share, dial func(context.Context) (leaseC
 	} else {
 		log = ft.failureLog().With("member", tg.name)
 	}
-	m := newFleetMember(fleetConfig{name: ft.name, table: ft.table, ttl: ft.ttl, refresh: ft.refresh, totals: totals, info: tg.name}, dial, tg, log)
-	m.beforeStep = beforeStep
-	m.start()
-	ft.t.Cleanup(func() {
-		select {
-		case <-m.stop:
-		default:
-			m.close()
-		}
-	})
+	m := fleet.New(fleet.Config{Name: ft.name, Table: ft.table, TTL: ft.ttl, Refresh: ft.refresh, Totals: totals, Info: tg.name}, dial, tg, log)
+	m.BeforeStep = beforeStep
+	m.Start()
+	ft.t.Cleanup(m.Close) // returns at once when the test closed it
 	return m, tg
 }
 
@@ -252,10 +247,10 @@ func (ft *fleetTest) watchDeclared() (stop func()) {
 			case <-time.After(5 * time.Millisecond):
 			}
 			var c, b, qq int
-			if err := ft.adm.QueryRow(q, ft.name, fleetKey(ft.name)).Scan(&c, &b, &qq); err != nil {
+			if err := ft.adm.QueryRow(q, ft.name, fleet.Key(ft.name)).Scan(&c, &b, &qq); err != nil {
 				continue // the table may not exist yet
 			}
-			if c > ft.f.totals.conns || b > ft.f.totals.concurrent[0] || qq > ft.f.totals.queue[0] {
+			if c > ft.f.totals.Conns || b > ft.f.totals.Concurrent[0] || qq > ft.f.totals.Queue[0] {
 				ft.f.mu.Lock()
 				ft.f.violations = append(ft.f.violations, fmt.Sprintf("the live rows declare conns %d, B %d, Q %d, above the totals %v:\n%s",
 					c, b, qq, ft.f.totals, ft.rows()))
@@ -269,7 +264,7 @@ func (ft *fleetTest) watchDeclared() (stop func()) {
 // rows returns the fleet's rows as text, for failure messages.
 func (ft *fleetTest) rows() string {
 	rs, err := ft.adm.Query(fmt.Sprintf(`SELECT member, info, conns, expires - clock_timestamp(), %[1]s_live($2, member, expires, clock_timestamp())
-		FROM %[1]s WHERE fleet = $1 ORDER BY joined`, ft.table), ft.name, fleetKey(ft.name))
+		FROM %[1]s WHERE fleet = $1 ORDER BY joined`, ft.table), ft.name, fleet.Key(ft.name))
 	if err != nil {
 		return err.Error()
 	}
@@ -312,7 +307,7 @@ func (ft *fleetTest) waitShares(what string, targets []*fakeTarget, conns ...int
 func (ft *fleetTest) sharesAre(targets []*fakeTarget, conns []int) (string, bool) {
 	var got []int
 	for _, tg := range targets {
-		got = append(got, tg.holds().conns)
+		got = append(got, tg.holds().Conns)
 	}
 	if !slices.Equal(got, conns) {
 		return fmt.Sprintf("the instances hold conns %v", got), false
@@ -362,7 +357,7 @@ func (ft *fleetTest) declaredByInfo() (map[string]int, error) {
 		db = ft.db
 	}
 	rs, err := db.Query(fmt.Sprintf(`SELECT info, conns FROM %[1]s
-		WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())`, ft.table), ft.name, fleetKey(ft.name))
+		WHERE fleet = $1 AND %[1]s_live($2, member, expires, clock_timestamp())`, ft.table), ft.name, fleet.Key(ft.name))
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +377,7 @@ func (ft *fleetTest) declaredByInfo() (map[string]int, error) {
 	return out, rs.Err()
 }
 
-var totals12 = share{conns: 12, concurrent: []int{10}, queue: []int{20}}
+var totals12 = fleet.Share{Conns: 12, Concurrent: []int{10}, Queue: []int{20}}
 
 // TestFleetMembersShareTheTotals: one member alone holds everything; two more join and all three
 // come to their fair shares without the fleet ever holding or declaring more than the totals;
@@ -392,7 +387,7 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	defer ft.watchDeclared()()
 	a, ta := ft.member(nil, nil)
 	ft.waitShares("alone", []*fakeTarget{ta}, 12)
-	if s := ta.holds(); s.concurrent[0] != 10 || s.queue[0] != 20 {
+	if s := ta.holds(); s.Concurrent[0] != 10 || s.Queue[0] != 20 {
 		t.Fatalf("alone the member holds %v, want all of %v", s, totals12)
 	}
 	_, tb := ft.member(nil, nil)
@@ -411,16 +406,16 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 		for _, tg := range []*fakeTarget{ta, tb, tc} {
 			s := tg.holds()
 			seen += fmt.Sprintf("%s holds %v; ", tg.name, s)
-			ok = ok && s.conns == 4 && s.concurrent[0] >= 3 && s.concurrent[0] <= 4 && s.queue[0] >= 6 && s.queue[0] <= 7
+			ok = ok && s.Conns == 4 && s.Concurrent[0] >= 3 && s.Concurrent[0] <= 4 && s.Queue[0] >= 6 && s.Queue[0] <= 7
 		}
 		return ok
 	})
 	// A member records a share change in its stats once its target has made it.
 	waitFor(t, "the first member's stats to show three members", func() bool {
-		st := a.stats()
+		st := a.Stats()
 		return st.Members == 3 && st.Conns == 4
 	})
-	if st := a.stats(); st.Members != 3 || st.Conns != 4 || !st.Seated || st.TotalConns != 12 {
+	if st := a.Stats(); st.Members != 3 || st.Conns != 4 || !st.Seated || st.TotalConns != 12 {
 		t.Errorf("stats of the first member: %+v", st)
 	}
 	// The rows declare the permits at the members' next refresh after the grant: poll.
@@ -461,7 +456,7 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
 		t.Errorf("ReadFleet lists %v live, want the three members", infos)
 	}
-	c.close()
+	c.Close()
 	tc.gone()
 	ft.waitShares("after one left", []*fakeTarget{ta, tb}, 6, 6)
 }
@@ -476,8 +471,8 @@ func TestFleetCrashedMemberShareComesBackAfterItsTTL(t *testing.T) {
 	_, tb := ft.member(nil, nil)
 	c, tc := ft.member(nil, nil)
 	ft.waitShares("three", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
-	c.crashed.Store(true)
-	c.close()
+	c.Crashed.Store(true)
+	c.Close()
 	tc.gone()
 	crashed := time.Now()
 	ft.waitShares("after the crash", []*fakeTarget{ta, tb}, 6, 6)
@@ -511,7 +506,7 @@ func TestFleetDeadLeaseIsReclaimedByTheFirstRefreshAfterItExpires(t *testing.T) 
 		return func() {
 			var r refreshed
 			err := ft.adm.QueryRow("SELECT expires - $3::text::interval, conns FROM "+ft.table+" WHERE fleet = $1 AND info = $2 ORDER BY expires DESC LIMIT 1",
-				ft.name, name, interval(ft.ttl)).Scan(&r.at, &r.conns)
+				ft.name, name, fleet.Interval(ft.ttl)).Scan(&r.at, &r.conns)
 			if err != nil {
 				return // not joined yet
 			}
@@ -613,7 +608,7 @@ func TestFleetMemberThatStopsRefreshingKeepsItsShareCounted(t *testing.T) {
 	waitFor(t, "the frozen member's lease three TTLs past its expiry", func() bool {
 		var past bool
 		err := ft.adm.QueryRow("SELECT bool_and(expires < clock_timestamp() - 3 * $3::text::interval) FROM "+ft.table+" WHERE fleet = $1 AND info = $2",
-			ft.name, tb.name, interval(ft.ttl)).Scan(&past)
+			ft.name, tb.name, fleet.Interval(ft.ttl)).Scan(&past)
 		return err == nil && past
 	})
 	ft.refreshes(ta.name, 3) // the others have seen it so
@@ -628,26 +623,26 @@ func TestFleetDatabaseClockJumpExpiresNoLiveMember(t *testing.T) {
 	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	a, ta, b, tb := ft.twoSeated(nil)
-	for _, m := range []*fleetMember{a, b} {
-		m.skew.Store(int64(time.Hour))
+	for _, m := range []*fleet.Member{a, b} {
+		m.Skew.Store(int64(time.Hour))
 	}
 	c, tc := ft.member(nil, nil)
-	c.skew.Store(int64(time.Hour))
+	c.Skew.Store(int64(time.Hour))
 	ft.waitShares("three after the jump", []*fakeTarget{ta, tb, tc}, 4, 4, 4)
 	// And back: the leases written during the jump now look an hour younger, which would only
 	// delay a crashed member's return by that hour; once every member has refreshed on the
 	// clock as it is, a crash is reclaimed after the TTL again.
-	for _, m := range []*fleetMember{a, b, c} {
-		m.skew.Store(0)
+	for _, m := range []*fleet.Member{a, b, c} {
+		m.Skew.Store(0)
 	}
 	waitFor(t, "every lease refreshed after the jump back", func() bool {
 		var late bool
 		err := ft.adm.QueryRow("SELECT bool_or(expires > clock_timestamp() + $2::interval) FROM "+ft.table+" WHERE fleet = $1",
-			ft.name, interval(ft.ttl)).Scan(&late)
+			ft.name, fleet.Interval(ft.ttl)).Scan(&late)
 		return err == nil && !late
 	})
-	b.crashed.Store(true)
-	b.close()
+	b.Crashed.Store(true)
+	b.Close()
 	tb.gone()
 	ft.waitShares("after a crash", []*fakeTarget{ta, tc}, 6, 6)
 }
@@ -670,13 +665,13 @@ func testFleetBlackholed(t *testing.T, drv string) {
 	b, tb := ft.member(dial, nil)
 	ft.waitShares("two", []*fakeTarget{ta, tb}, 6, 6)
 	p.Blackhole(true)
-	waitFor(t, "the partitioned member to fence itself", func() bool { return tb.holds().conns == 0 })
+	waitFor(t, "the partitioned member to fence itself", func() bool { return tb.holds().Conns == 0 })
 	// The member records the fence in its stats once its target holds nothing.
-	waitFor(t, "the partitioned member's stats to show the fence", func() bool { return !b.stats().Seated })
-	if st := b.stats(); st.RefreshErrors == 0 || st.Seated {
+	waitFor(t, "the partitioned member's stats to show the fence", func() bool { return !b.Stats().Seated })
+	if st := b.Stats(); st.RefreshErrors == 0 || st.Seated {
 		t.Errorf("stats of the partitioned member: %+v", st)
 	}
-	if s := ta.holds(); s.conns != 6 {
+	if s := ta.holds(); s.Conns != 6 {
 		t.Errorf("during the partition the other member holds %v, want its 6 connections and no more", s)
 	}
 	p.Blackhole(false)
@@ -695,9 +690,9 @@ func TestFleetNewcomerWhoseServerIsSlowToConnectIsSeated(t *testing.T) {
 	ft := newFleetTest(t, totals12, 3*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
 	dial, _ := ft.dialer("")
-	slow := 3 * (&fleetMember{cfg: fleetConfig{ttl: ft.ttl}}).queryTimeout() / 2
+	slow := 3 * fleet.QueryTimeout(ft.ttl) / 2
 	var dials atomic.Int32
-	_, ta := ft.member(func(ctx context.Context) (leaseConn, error) {
+	_, ta := ft.member(func(ctx context.Context) (fleet.Conn, error) {
 		dials.Add(1)
 		timer := time.NewTimer(slow)
 		defer timer.Stop()
@@ -752,7 +747,7 @@ func TestFleetShrinkWaitsForRunningWork(t *testing.T) {
 	ta.stuck.Store(true)
 	_, tb := ft.member(nil, nil)
 	ft.refreshes(tb.name, 5) // five refreshes of the newcomer, each refused the room
-	if s := tb.holds(); s.conns != 0 {
+	if s := tb.holds(); s.Conns != 0 {
 		t.Fatalf("the newcomer holds %v while the other cannot shrink", s)
 	}
 	ta.stuck.Store(false)
@@ -766,14 +761,14 @@ func TestFleetLeavingMemberIsNoSeatWhileItsWorkDrains(t *testing.T) {
 	ft := newFleetTest(t, totals12, 2*time.Second, 100*time.Millisecond)
 	m, ta := ft.member(nil, nil)
 	ft.waitShares("alone", []*fakeTarget{ta}, 12)
-	if !m.stats().Seated {
+	if !m.Stats().Seated {
 		t.Fatal("a member holding the whole total is not seated")
 	}
 	ta.stuck.Store(true)
 	closed := make(chan struct{})
-	go func() { m.close(); close(closed) }()
+	go func() { m.Close(); close(closed) }()
 	testwait.For(t, "the leaving member's shrink", func() bool { return ta.held.Load() > 0 })
-	if s := m.stats(); s.Seated {
+	if s := m.Stats(); s.Seated {
 		t.Errorf("while its shrink to nothing waits for running work the member's stats say seated (%+v)", s)
 	}
 	ta.stuck.Store(false)
@@ -785,24 +780,24 @@ func TestFleetLeavingMemberIsNoSeatWhileItsWorkDrains(t *testing.T) {
 // share), the last two hold nothing and keep no connection open; when two seated members leave,
 // the waiting ones get the seats.
 func TestFleetMoreMembersThanConnections(t *testing.T) {
-	ft := newFleetTest(t, share{conns: 3, concurrent: []int{3}, queue: []int{3}}, 2*time.Second, 100*time.Millisecond)
+	ft := newFleetTest(t, fleet.Share{Conns: 3, Concurrent: []int{3}, Queue: []int{3}}, 2*time.Second, 100*time.Millisecond)
 	defer ft.watchDeclared()()
-	var ms []*fleetMember
+	var ms []*fleet.Member
 	var ts []*fakeTarget
 	for range 5 {
 		m, tg := ft.member(nil, nil)
 		ms, ts = append(ms, m), append(ts, tg)
-		waitFor(t, "the member to join", func() bool { return m.stats().Members == len(ms) })
+		waitFor(t, "the member to join", func() bool { return m.Stats().Members == len(ms) })
 	}
 	ft.waitShares("five", ts, 1, 1, 1, 0, 0)
 	for _, tg := range ts {
-		if s := tg.holds(); s.conns > 0 && s.concurrent[0] != 1 || s.conns == 0 && s.concurrent[0] != 0 {
+		if s := tg.holds(); s.Conns > 0 && s.Concurrent[0] != 1 || s.Conns == 0 && s.Concurrent[0] != 0 {
 			t.Errorf("%s holds %v, want one permit with its seat and none without", tg.name, s)
 		}
 	}
-	ms[0].close()
+	ms[0].Close()
 	ts[0].gone()
-	ms[1].close()
+	ms[1].Close()
 	ts[1].gone()
 	ft.waitShares("three left", ts[2:], 1, 1, 1)
 }
@@ -817,7 +812,7 @@ func BenchmarkFleetRefresh(b *testing.B) {
 		grow, lapse bool
 	}{{"grow=false", false, false}, {"grow=true", true, false}, {"lapse", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			totals := share{conns: 60, concurrent: []int{48}, queue: []int{48}}
+			totals := fleet.Share{Conns: 60, Concurrent: []int{48}, Queue: []int{48}}
 			adm := admin(b)
 			table := fmt.Sprintf("gated_bench_fleet_%d", time.Now().UnixNano()%1e9)
 			b.Cleanup(func() {
@@ -830,39 +825,39 @@ func BenchmarkFleetRefresh(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			var conns []leaseConn
+			var conns []fleet.Conn
 			for i := range 6 {
 				c, err := dialLease(ctx, connector, wrap)
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer c.close()
+				defer c.Close()
 				if i == 0 {
-					if err := ensureFleetSchema(ctx, c, table); err != nil {
+					if err := fleet.EnsureSchema(ctx, c, table); err != nil {
 						b.Fatal(err)
 					}
 				}
 				conns = append(conns, c)
-				have := targetShare(totals, 6, i)
-				have.conns-- // leave room to grow into
-				req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: int32(i + 1), joining: true, ttl: time.Minute,
-					have: have, want: have, totals: totals}
-				if _, err := refresh(ctx, c, table, req); err != nil {
+				have := fleet.TargetShare(totals, 6, i)
+				have.Conns-- // leave room to grow into
+				req := &fleet.Request{Fleet: "bench", Key: fleet.Key("bench"), Member: int32(i + 1), Joining: true, TTL: time.Minute,
+					Have: have, Want: have, Totals: totals}
+				if _, err := fleet.Refresh(ctx, c, table, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			have := targetShare(totals, 6, 0)
-			have.conns--
-			req := &refreshRequest{fleet: "bench", key: fleetKey("bench"), member: 1, ttl: time.Minute, have: have, want: have, totals: totals}
+			have := fleet.TargetShare(totals, 6, 0)
+			have.Conns--
+			req := &fleet.Request{Fleet: "bench", Key: fleet.Key("bench"), Member: 1, TTL: time.Minute, Have: have, Want: have, Totals: totals}
 			if bc.grow {
-				req.want = have.join(targetShare(totals, 1, 0))
+				req.Want = have.Join(fleet.TargetShare(totals, 1, 0))
 			}
 			if bc.lapse {
-				req.afterLive, req.afterWant = []int{2, 3, 4, 5, 6}, have.join(targetShare(totals, 1, 0))
+				req.AfterLive, req.AfterWant = []int{2, 3, 4, 5, 6}, have.Join(fleet.TargetShare(totals, 1, 0))
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := refresh(ctx, conns[0], table, req); err != nil {
+				if _, err := fleet.Refresh(ctx, conns[0], table, req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -891,16 +886,16 @@ func TestFleetGivenUpLeaseConnectionIsTerminated(t *testing.T) {
 		if err := ft.adm.QueryRow("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app).Scan(&old); err != nil {
 			t.Fatal(err)
 		}
-		errs := b.stats().RefreshErrors
+		errs := b.Stats().RefreshErrors
 		holed := p.Arm(faultproxy.Rule{Match: []byte(tb.name), How: faultproxy.Blackhole, When: faultproxy.BeforeRequest})
 		<-holed
-		waitFor(t, "the hung refresh given up", func() bool { return b.stats().RefreshErrors > errs })
+		waitFor(t, "the hung refresh given up", func() bool { return b.Stats().RefreshErrors > errs })
 		waitFor(t, "the given-up lease connection's backend terminated", func() bool {
 			var n int
 			return ft.adm.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", old).Scan(&n) == nil && n == 0
 		})
 		waitFor(t, "one lease connection", func() bool { return backends(t, ft.adm, app) == 1 })
-		if s := tb.holds(); s.conns != 6 {
+		if s := tb.holds(); s.Conns != 6 {
 			t.Errorf("the member holds %v after one hung refresh, want its share of 6 kept", s)
 		}
 		p.Close() // ends the held flow, so that the member's background close of it need not wait for its bound
@@ -916,9 +911,9 @@ func TestFleetKeepsToTheSmallestTotals(t *testing.T) {
 	_, ta := ft.member(nil, nil)
 	_, tb := ft.member(nil, nil)
 	ft.waitShares("two old", []*fakeTarget{ta, tb}, 6, 6)
-	lower := share{conns: 8, concurrent: []int{6}, queue: []int{12}}
+	lower := fleet.Share{Conns: 8, Concurrent: []int{6}, Queue: []int{12}}
 	ft.f.mu.Lock()
-	ft.f.lower = map[string]share{"member 3": lower} // the next member's name
+	ft.f.lower = map[string]fleet.Share{"member 3": lower} // the next member's name
 	ft.f.mu.Unlock()
 	_, tc := ft.memberWith(lower, nil, nil)
 	ft.waitShares("two old and one new", []*fakeTarget{ta, tb, tc}, 3, 3, 2)
@@ -934,66 +929,15 @@ func TestFleetSurvivesAServerRestart(t *testing.T) {
 	// The fleet's table is on the cluster, which the test's admin connection does not reach.
 	ft.db = openPlain(t, cluster.URL())
 	a, ta, b, tb := ft.twoSeated(dial)
-	errs := a.stats().RefreshErrors + b.stats().RefreshErrors
-	changes := a.stats().ShareChanges + b.stats().ShareChanges
+	errs := a.Stats().RefreshErrors + b.Stats().RefreshErrors
+	changes := a.Stats().ShareChanges + b.Stats().ShareChanges
 	cluster.Restart(t)
 	waitFor(t, "refreshes to fail and then succeed again", func() bool {
-		return a.stats().RefreshErrors+b.stats().RefreshErrors > errs && a.stats().Members == 2 && b.stats().Members == 2
+		return a.Stats().RefreshErrors+b.Stats().RefreshErrors > errs && a.Stats().Members == 2 && b.Stats().Members == 2
 	})
 	ft.waitShares("after the restart", []*fakeTarget{ta, tb}, 6, 6)
-	if c := a.stats().ShareChanges + b.stats().ShareChanges; c != changes {
+	if c := a.Stats().ShareChanges + b.Stats().ShareChanges; c != changes {
 		t.Errorf("the shares changed %d times across the restart, want none: the members were to keep them", c-changes)
-	}
-}
-
-// TestFleetExpectsTheEarliestLapse: after a refresh, a member plans its next one at the earliest
-// expiry of another lease that nothing but its TTL keeps counted (its lock is gone), and what to
-// ask for then: its fair share in the fleet without those leases. Leases whose lock is held, its
-// own, expired ones and dead rows plan nothing, so a healthy fleet keeps its regular refreshes.
-func TestFleetExpectsTheEarliestLapse(t *testing.T) {
-	totals := share{conns: 12, concurrent: []int{10}, queue: []int{20}}
-	m := newFleetMember(fleetConfig{name: "a", ttl: 3 * time.Second, refresh: time.Second, totals: totals}, nil, nil, nil)
-	row := func(id int32, live, locked bool, left time.Duration) fleetRow {
-		return fleetRow{member: id, live: live, locked: locked, left: left, totals: totals}
-	}
-	me := row(3, true, true, 3*time.Second)
-	me.mine = true
-	got := time.Now()
-
-	healthy := &fleetView{mine: true, rows: []fleetRow{
-		row(1, true, true, 2*time.Second),
-		me,
-		row(4, true, true, -time.Second), // its refreshes late, its lock held: counted
-		row(5, false, false, -time.Hour), // dead
-	}}
-	m.expectLapse(healthy, got)
-	if !m.lapseAt.IsZero() || m.afterLive != nil {
-		t.Errorf("in a fleet whose live leases all hold their locks the member plans a refresh at %v, expecting %v live", m.lapseAt, m.afterLive)
-	}
-
-	dying := &fleetView{mine: true, rows: []fleetRow{
-		row(1, true, true, 2*time.Second),
-		row(2, true, false, 800*time.Millisecond), // crashed: expires first
-		me,
-		row(6, true, false, 800*time.Millisecond), // crashed with it
-		row(7, true, false, 900*time.Millisecond), // crashed later
-		row(4, true, true, -time.Second),
-		row(5, false, false, -time.Hour),
-	}}
-	m.expectLapse(dying, got)
-	if want := got.Add(800*time.Millisecond + lapseMargin); !m.lapseAt.Equal(want) {
-		t.Errorf("the member plans its refresh %v after the last one, want %v: the earliest lapse and the margin", m.lapseAt.Sub(got), want.Sub(got))
-	}
-	if !slices.Equal(m.afterLive, []int{1, 4, 7}) {
-		t.Errorf("the member expects %v live besides it after the lapse, want [1 4 7]", m.afterLive)
-	}
-	if want := targetShare(totals, 4, 1); !m.afterTarget.equal(want) {
-		t.Errorf("the member plans to ask for %v, want %v: its share as the second of four", m.afterTarget, want)
-	}
-
-	m.expectLapse(&fleetView{rows: dying.rows}, got) // the refresh did not count the member
-	if !m.lapseAt.IsZero() || m.afterLive != nil {
-		t.Errorf("a member the fleet does not count plans a refresh at %v, expecting %v live", m.lapseAt, m.afterLive)
 	}
 }
 
@@ -1011,19 +955,19 @@ const (
 type member010 struct {
 	ft     *fleetTest
 	id     int32
-	conn   leaseConn
+	conn   fleet.Conn
 	target *fakeTarget
 	joined bool
 }
 
-func (o *member010) refresh(want share) {
+func (o *member010) refresh(want fleet.Share) {
 	o.ft.t.Helper()
 	have := o.target.holds()
-	rows, err := o.conn.query(context.Background(), "SELECT * FROM "+o.ft.table+fleetRefreshQuery010,
-		o.ft.name, int64(fleetKey(o.ft.name)), int64(o.id), !o.joined, interval(o.ft.ttl), interval(0),
-		int64(have.conns), sqlInts(have.concurrent), sqlInts(have.queue),
-		int64(want.conns), sqlInts(want.concurrent), sqlInts(want.queue),
-		int64(o.ft.f.totals.conns), sqlInts(o.ft.f.totals.concurrent), sqlInts(o.ft.f.totals.queue), o.target.name,
+	rows, err := o.conn.Query(context.Background(), "SELECT * FROM "+o.ft.table+fleetRefreshQuery010,
+		o.ft.name, int64(fleet.Key(o.ft.name)), int64(o.id), !o.joined, fleet.Interval(o.ft.ttl), fleet.Interval(0),
+		int64(have.Conns), fleet.SQLInts(have.Concurrent), fleet.SQLInts(have.Queue),
+		int64(want.Conns), fleet.SQLInts(want.Concurrent), fleet.SQLInts(want.Queue),
+		int64(o.ft.f.totals.Conns), fleet.SQLInts(o.ft.f.totals.Concurrent), fleet.SQLInts(o.ft.f.totals.Queue), o.target.name,
 		int64(0), nil)
 	if err != nil {
 		o.ft.t.Fatalf("%s: %v", o.target.name, err)
@@ -1034,10 +978,10 @@ func (o *member010) refresh(want share) {
 		}
 		if mine, _ := row[10].(bool); mine {
 			o.joined = true
-			declared := share{conns: int(row[3].(int64))}
-			declared.concurrent, _ = parseInts(textValue(row[4]))
-			declared.queue, _ = parseInts(textValue(row[5]))
-			o.target.growTo(have.growToward(declared))
+			declared := fleet.Share{Conns: int(row[3].(int64))}
+			declared.Concurrent, _ = fleet.ParseInts(fleet.TextValue(row[4]))
+			declared.Queue, _ = fleet.ParseInts(fleet.TextValue(row[5]))
+			o.target.GrowTo(have.GrowToward(declared))
 		}
 	}
 	if !o.joined {
@@ -1046,8 +990,8 @@ func (o *member010) refresh(want share) {
 }
 
 // shrink moves the member to s, then declares it.
-func (o *member010) shrink(s share) {
-	o.target.shrinkTo(context.Background(), s)
+func (o *member010) shrink(s fleet.Share) {
+	o.target.ShrinkTo(context.Background(), s)
 	o.refresh(s)
 }
 
@@ -1077,14 +1021,14 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(c.close)
+		t.Cleanup(c.Close)
 		return &member010{ft: ft, id: id, conn: c, target: &fakeTarget{f: ft.f, name: name}}
 	}
-	fair := func(n, rank int) share { return targetShare(totals12, n, rank) }
+	fair := func(n, rank int) fleet.Share { return fleet.TargetShare(totals12, n, rank) }
 
 	o1 := old010(1001, "0.1.0 member 1")
 	o1.refresh(fair(1, 0)) // joins alone and is granted everything
-	if got := o1.target.holds().conns; got != 12 {
+	if got := o1.target.holds().Conns; got != 12 {
 		t.Fatalf("the 0.1.0 member alone holds %d connections, want 12", got)
 	}
 	// The new member's loop runs late after each shrink, as on a loaded machine: it declares the
@@ -1094,7 +1038,7 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 	held := -1
 	_, ta := ft.member(nil, func() {
 		if tg := late.Load(); tg != nil {
-			c := tg.holds().conns
+			c := tg.holds().Conns
 			if c < held {
 				time.Sleep(300 * time.Millisecond)
 			}
@@ -1106,13 +1050,13 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 		var n int
 		return ft.adm.QueryRow("SELECT count(*) FROM "+ft.table+" WHERE fleet = $1", ft.name).Scan(&n) == nil && n == 2
 	})
-	for _, sig := range []string{ft.table + fleetRefreshSignature010, fleetRefreshSignature(ft.table)} {
+	for _, sig := range []string{ft.table + fleetRefreshSignature010, fleet.RefreshSignature(ft.table)} {
 		var ok bool
 		if err := ft.adm.QueryRow("SELECT to_regprocedure($1) IS NOT NULL", sig).Scan(&ok); err != nil || !ok {
 			t.Errorf("%s: exists %v (%v), want both versions' functions", sig, ok, err)
 		}
 	}
-	if got := ta.holds().conns; got != 0 {
+	if got := ta.holds().Conns; got != 0 {
 		t.Fatalf("the new member holds %d connections while the 0.1.0 one declares all 12", got)
 	}
 	o1.shrink(fair(2, 0))
@@ -1120,7 +1064,7 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 
 	o2 := old010(1002, "0.1.0 member 2")
 	o2.refresh(fair(1, 0)) // a newcomer asks for everything and is granted what is free: nothing
-	if got := o2.target.holds().conns; got != 0 {
+	if got := o2.target.holds().Conns; got != 0 {
 		t.Fatalf("the 0.1.0 newcomer holds %d connections, want none before the others make room", got)
 	}
 	ft.waitShares("the new member making room for the 0.1.0 newcomer", []*fakeTarget{o1.target, ta, o2.target}, 6, 4, 0)
@@ -1128,11 +1072,11 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 	// A 0.1.0 member refreshes until it is granted its share, as its loop does.
 	waitFor(t, "the 0.1.0 newcomer granted its share", func() bool {
 		o2.refresh(fair(3, 2))
-		return o2.target.holds().conns == 4
+		return o2.target.holds().Conns == 4
 	})
 	ft.waitShares("three of two versions", []*fakeTarget{o1.target, ta, o2.target}, 4, 4, 4)
 
-	o1.conn.close() // crashed: its lock is gone, its lease is not
+	o1.conn.Close() // crashed: its lock is gone, its lease is not
 	o1.target.gone()
 	ft.waitShares("after the first 0.1.0 member crashed", []*fakeTarget{ta, o2.target}, 6, 4)
 }
@@ -1142,7 +1086,7 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 // preparing the fleet table fails and says why.
 func TestFleetSchemaRefusesARefreshFunctionOfAnotherResult(t *testing.T) {
 	ft := newFleetTest(t, totals12, time.Second, 100*time.Millisecond)
-	sig := fleetRefreshSignature(ft.table)
+	sig := fleet.RefreshSignature(ft.table)
 	args := sig[len(ft.table+"_refresh(") : len(sig)-1]
 	if _, err := ft.adm.Exec("CREATE FUNCTION " + ft.table + "_refresh(" + args + ") RETURNS TABLE(r_member int) LANGUAGE sql AS 'SELECT 1'"); err != nil {
 		t.Fatal(err)
@@ -1152,10 +1096,10 @@ func TestFleetSchemaRefusesARefreshFunctionOfAnotherResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	err = ensureFleetSchema(context.Background(), c, ft.table)
+	defer c.Close()
+	err = fleet.EnsureSchema(context.Background(), c, ft.table)
 	if err == nil || !strings.Contains(err.Error(), "TABLE(r_member integer)") {
-		t.Fatalf("ensureFleetSchema: %v, want an error naming the function's other result", err)
+		t.Fatalf("EnsureSchema: %v, want an error naming the function's other result", err)
 	}
 	var result string
 	if err := ft.adm.QueryRow("SELECT pg_get_function_result(to_regprocedure($1))", sig).Scan(&result); err != nil || result != "TABLE(r_member integer)" {

@@ -236,9 +236,9 @@ func answerLost(err error) bool {
 
 // A notifyWaiter is an innerConn that can wait, on an idle connection, for a notification of a
 // channel the connection listens to (PostgreSQL's LISTEN/NOTIFY): the fleet's lease connection
-// (fleet.go) uses it to refresh at once when another member joined, shrank or left. It is
-// optional: without it (MySQL, any other driver, lib/pq where the platform cannot wait on a
-// socket) the fleet refreshes at its regular interval only.
+// (fleet_lease.go, for internal/fleet) uses it to refresh at once when another member joined,
+// shrank or left. It is optional: without it (MySQL, any other driver, lib/pq where the platform
+// cannot wait on a socket) the fleet refreshes at its regular interval only.
 type notifyWaiter interface {
 	// waitNotify blocks until a notification whose payload is not self has arrived, ctx has
 	// ended, or the connection has failed. It returns nil for a notification, whether it arrived

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gatedsql/gated/internal/fleet"
 )
 
 // The DSN keys gated reads. Every key with gatePrefix belongs to gated, so a misspelt one is an
@@ -169,7 +171,7 @@ var dsnKeys = [...]dsnKey{
 	{keyFleetTable, func(c *Config, v string) error {
 		c.FleetTable = v
 		return nil
-	}, func(c *Config) (string, bool) { return c.fleetTable(), c.fleetTable() == defaultFleetTable }},
+	}, func(c *Config) (string, bool) { return c.fleetTable(), c.fleetTable() == fleet.DefaultTable }},
 	{keyFleetTTL, func(c *Config, v string) (err error) {
 		c.FleetTTL, err = parsePositiveDuration(v)
 		return err

@@ -1,4 +1,4 @@
-package gated
+package fleet
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 // that is lost (a lease connection being replaced, a driver that cannot wait) costs only the wait
 // until the next regular refresh.
 
-// notifyChannel returns the channel of the fleet named fleet in table: a fixed-length name (an
+// NotifyChannel returns the channel of the fleet named fleet in table: a fixed-length name (an
 // identifier, within PostgreSQL's 63 bytes) that tells fleets and tables apart.
-func notifyChannel(table, fleet string) string {
+func NotifyChannel(table, fleet string) string {
 	h := fnv.New64a()
 	io.WriteString(h, table)
 	io.WriteString(h, "\x00")
@@ -27,23 +27,13 @@ func notifyChannel(table, fleet string) string {
 	return fmt.Sprintf("gated_fleet_%016x", h.Sum64())
 }
 
-// notifyWaiterOf returns the capability of c to wait for notifications, or nil when it has none.
-func notifyWaiterOf(c leaseConn) notifyWaiter {
-	if l, ok := c.(*innerLease); ok {
-		if w, ok := l.pc.inner.(notifyWaiter); ok {
-			return w
-		}
-	}
-	return nil
+// Listen makes c receive the fleet's notifications.
+func Listen(ctx context.Context, c Conn, channel string) error {
+	return c.Exec(ctx, "LISTEN "+channel)
 }
 
-// listenFleet makes c receive the fleet's notifications.
-func listenFleet(ctx context.Context, c leaseConn, channel string) error {
-	return c.exec(ctx, "LISTEN "+channel)
-}
-
-// notifyFleet tells the fleet's listening members that member changed what it declares.
-func notifyFleet(ctx context.Context, c leaseConn, channel string, member int32) error {
-	_, err := c.query(ctx, "SELECT pg_notify($1, $2)", channel, strconv.Itoa(int(member)))
+// Notify tells the fleet's listening members that member changed what it declares.
+func Notify(ctx context.Context, c Conn, channel string, member int32) error {
+	_, err := c.Query(ctx, "SELECT pg_notify($1, $2)", channel, strconv.Itoa(int(member)))
 	return err
 }

@@ -1,4 +1,4 @@
-package gated
+package fleet
 
 import (
 	"context"
@@ -13,10 +13,8 @@ import (
 	"time"
 )
 
-// gate_fleet=on: the DSN's budgets are the totals of every live instance with the same gate_name
-// on the same database, and each instance runs with its share. A fleetMember is one instance's
-// membership: a goroutine that keeps its lease (fleet_lease.go), computes its fair share
-// (fleet_share.go) and moves its gates and pool to it through a shareTarget.
+// A Member is one instance's membership: a goroutine that keeps its lease (lease.go), computes
+// its fair share (share.go) and moves its gates and pool to it through a Target.
 //
 // The rules that keep the fleet within its totals at every instant:
 //
@@ -38,25 +36,25 @@ import (
 //     creates what is missing), and a member whose row is gone declares again what it holds.
 //     Without the lock and without the row, nothing counts the member: it fences at once.
 
-// A shareTarget is what a member controls: its instance's gates and pool.
-type shareTarget interface {
-	// shrinkTo lowers the instance to s (fitted) and returns nil once it is within s: no more
-	// physical connections open than s.dataConns(), and no gate running more than its new B. It
+// A Target is what a member controls: its instance's gates and pool.
+type Target interface {
+	// ShrinkTo lowers the instance to s (fitted) and returns nil once it is within s: no more
+	// physical connections open than s.DataConns(), and no gate running more than its new B. It
 	// never takes a permit from a running operation: it waits for operations to end. When ctx
 	// ends first it returns ctx's error; the limits stay lowered and a later call waits again.
-	shrinkTo(ctx context.Context, s share) error
-	// growTo raises the instance to s (fitted), which is nowhere below what it holds.
-	growTo(s share)
+	ShrinkTo(ctx context.Context, s Share) error
+	// GrowTo raises the instance to s (fitted), which is nowhere below what it holds.
+	GrowTo(s Share)
 }
 
-// fleetConfig is a member's configuration, from the Config.
-type fleetConfig struct {
-	name    string // gate_name
-	table   string // gate_fleet_table
-	ttl     time.Duration
-	refresh time.Duration
-	totals  share
-	info    string // shown in the fleet table (gatedbudget -live): host and process
+// Config is a member's configuration, from the instance's.
+type Config struct {
+	Name    string // gate_name
+	Table   string // gate_fleet_table, a name ValidTable accepts
+	TTL     time.Duration
+	Refresh time.Duration
+	Totals  Share  // gate_max_conns, and each gate's B and Q: the default workload first
+	Info    string // shown in the fleet table (gatedbudget -live): host and process (Info)
 }
 
 // fenceAfter is the part of the TTL after the last successful refresh was sent at which a member
@@ -74,35 +72,35 @@ const pendingRefreshDiv = 4
 // expiry.
 const lapseMargin = 10 * time.Millisecond
 
-// A fleetMember is the membership of one gate set in its fleet.
-type fleetMember struct {
-	cfg    fleetConfig
+// A Member is the membership of one gate set in its fleet.
+type Member struct {
+	cfg    Config
 	key    int32
-	dial   func(ctx context.Context) (leaseConn, error)
-	target shareTarget
+	dial   func(ctx context.Context) (Conn, error)
+	target Target
 	log    *slog.Logger
 	stop   chan struct{}
 	halt   context.Context // ends with stop: bounds the wait for a notification
 	cancel context.CancelFunc
 	done   chan struct{}
-	// channel is the fleet's notification channel (fleet_notify.go).
+	// channel is the fleet's notification channel (notify.go).
 	channel string
 	bg      sync.WaitGroup // lease connections being closed in the background
 
 	// The loop's own state, touched only by run.
-	conn       leaseConn
-	waiter     notifyWaiter // conn's, once it listens to the channel; nil: wait by the clock alone
-	listening  bool         // LISTEN was tried on conn
-	declared   share        // what the last refresh that succeeded declared the instance held
+	conn       Conn
+	waiter     Waiter // conn's, once it listens to the channel; nil: wait by the clock alone
+	listening  bool   // LISTEN was tried on conn
+	declared   Share  // what the last refresh that succeeded declared the instance held
 	id         int32
 	joined     bool      // the database holds a live row of ours
-	have       share     // what the instance holds now; declared by the next refresh
+	have       Share     // what the instance holds now; declared by the next refresh
 	validUntil time.Time // monotonic: until when our lease (our row) is certainly counted; zero once the row is known gone
 	// Monotonic: until when the lock our lease connection was last seen to hold keeps us counted,
 	// row or none; zero once that connection is dropped. See proveLock.
 	lockedUntil time.Time
 	schemaOK    bool  // the table and this version's functions were there when last looked for
-	lastTarget  share // the fair share computed from the last refresh; valid when joined
+	lastTarget  Share // the fair share computed from the last refresh; valid when joined
 	// When the last refresh saw leases of others that only their TTL keeps counted (their lock
 	// is gone: a crashed instance), lapseAt is when the earliest expires, plus lapseMargin: the
 	// next refresh is sent then if that comes before the regular one. afterLive and afterTarget
@@ -110,7 +108,7 @@ type fleetMember struct {
 	// the refresh asks for should the fleet be that (afterLive nil: no expectation).
 	lapseAt     time.Time
 	afterLive   []int
-	afterTarget share
+	afterTarget Share
 	// The backend of the lease connection last refreshed on, and of the one before it while the
 	// current connection has not refreshed yet: the server may still hold that one open.
 	leasePID   int64
@@ -119,42 +117,64 @@ type fleetMember struct {
 	prevStart  time.Time
 	lastErr    string // what failed in the current streak of failures and whether the lease connection was kept, logged once; "" after a success
 
-	// Tests only: skew (ns) moves the database's clock as this member's refreshes read it;
-	// beforeStep, when set before start, runs at the start of every turn; crashed makes close
+	// Tests only: Skew (ns) moves the database's clock as this member's refreshes read it;
+	// BeforeStep, when set before Start, runs at the start of every turn; Crashed makes Close
 	// drop the lease connection without leaving, as a killed process would.
-	skew       atomic.Int64
-	beforeStep func()
-	crashed    atomic.Bool
+	Skew       atomic.Int64
+	BeforeStep func()
+	Crashed    atomic.Bool
+
+	closeOnce sync.Once
 
 	mu sync.Mutex
 	// Guarded by mu: what Stats reports.
-	status FleetStats
+	status Stats
 }
 
-func newFleetMember(cfg fleetConfig, dial func(context.Context) (leaseConn, error), target shareTarget, log *slog.Logger) *fleetMember {
-	m := &fleetMember{
-		cfg: cfg, key: fleetKey(cfg.name), dial: dial, target: target, log: log,
-		stop: make(chan struct{}), done: make(chan struct{}), channel: notifyChannel(cfg.table, cfg.name),
-		have: zeroShare(len(cfg.totals.concurrent)), declared: zeroShare(len(cfg.totals.concurrent)),
+// Stats is a member's place in its fleet, field for field the root's FleetStats, which documents
+// each. TotalConcurrent and TotalQueue are left zero: they are a gate's, which the caller fills in
+// from Totals.
+type Stats struct {
+	Members         int
+	Conns           int
+	TotalConns      int
+	TotalConcurrent int
+	TotalQueue      int
+	Seated          bool
+	ShareChanges    int64
+	RefreshErrors   int64
+	SchemaMissing   bool
+}
+
+// New returns the membership of an instance in the fleet of cfg, not started: it dials its lease
+// connections with dial, moves the instance with target and logs to log (nil: not at all). The
+// instance is to hold nothing when it starts.
+func New(cfg Config, dial func(context.Context) (Conn, error), target Target, log *slog.Logger) *Member {
+	m := &Member{
+		cfg: cfg, key: Key(cfg.Name), dial: dial, target: target, log: log,
+		stop: make(chan struct{}), done: make(chan struct{}), channel: NotifyChannel(cfg.Table, cfg.Name),
+		have: ZeroShare(len(cfg.Totals.Concurrent)), declared: ZeroShare(len(cfg.Totals.Concurrent)),
 	}
 	m.halt, m.cancel = context.WithCancel(context.Background())
-	m.status.TotalConns = cfg.totals.conns
+	m.status.TotalConns = cfg.Totals.Conns
 	return m
 }
 
-// start runs the member's loop until close.
-func (m *fleetMember) start() { go m.run() }
+// Start runs the member's loop until Close.
+func (m *Member) Start() { go m.run() }
 
-// close leaves the fleet: it stops the loop, and once the instance holds nothing (the caller has
+// Close leaves the fleet: it stops the loop, and once the instance holds nothing (the caller has
 // closed its pool), deletes the member's row so that its share is free at once. Without that,
-// the share comes back when the lease expires.
-func (m *fleetMember) close() {
-	close(m.stop)
-	m.cancel()
+// the share comes back when the lease expires. A second Close waits for the first.
+func (m *Member) Close() {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		m.cancel()
+	})
 	<-m.done
 }
 
-func (m *fleetMember) run() {
+func (m *Member) run() {
 	defer close(m.done)
 	defer m.leave()
 	for {
@@ -172,20 +192,20 @@ func (m *fleetMember) run() {
 // wait waits d, or less when another member's notification arrives first on the lease
 // connection: it joined, declared less or left, and a refresh now takes the room it made or
 // makes the room it needs. It returns false when the member was closed meanwhile.
-func (m *fleetMember) wait(d time.Duration) bool {
+func (m *Member) wait(d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
 	if m.waiter != nil {
 		ctx, cancel := context.WithTimeout(m.halt, d)
-		err := m.waiter.waitNotify(ctx, strconv.Itoa(int(m.id)))
+		err := m.waiter.WaitNotify(ctx, strconv.Itoa(int(m.id)))
 		cancel()
 		switch {
 		case m.halt.Err() != nil:
 			return false
 		case err == nil || ctx.Err() != nil:
 			return true
-		case errors.Is(err, errNoNotifyWait):
+		case errors.Is(err, ErrNoWait):
 			m.waiter = nil // and wait by the clock
 		default:
 			m.dropConn() // broken: the next turn dials another
@@ -205,9 +225,9 @@ func (m *fleetMember) wait(d time.Duration) bool {
 // step is one turn of the loop: fence if the lease may have lapsed, refresh, grow into a grant,
 // shrink towards the fair share. It returns how long to wait before the next turn: the turn's
 // own wait, or less when another lease is to expire sooner.
-func (m *fleetMember) step() time.Duration {
-	if m.beforeStep != nil {
-		m.beforeStep()
+func (m *Member) step() time.Duration {
+	if m.BeforeStep != nil {
+		m.BeforeStep()
 	}
 	wait := m.turn()
 	if !m.lapseAt.IsZero() {
@@ -217,12 +237,12 @@ func (m *fleetMember) step() time.Duration {
 }
 
 // turn is step's work.
-func (m *fleetMember) turn() time.Duration {
+func (m *Member) turn() time.Duration {
 	// Set again by a refresh that succeeds: what a refresh saw is stale once one failed.
 	afterLive := m.afterLive
 	m.lapseAt, m.afterLive = time.Time{}, nil
 	if m.mustFence() {
-		m.fence("its lease may have expired (no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.ttl)*fenceAfter)) +
+		m.fence("its lease may have expired (no refresh succeeded for " + fmt.Sprint(time.Duration(float64(m.cfg.TTL)*fenceAfter)) +
 			", or its row is gone) and no lock proves its membership")
 	}
 	if m.conn == nil {
@@ -238,9 +258,9 @@ func (m *fleetMember) turn() time.Duration {
 	if !m.schemaOK {
 		// Looked for again after every refresh that found something missing: the table may have
 		// been dropped (the functions survive it) or a function (the table survives it).
-		if err := ensureFleetSchema(pctx, m.conn, m.cfg.table); err != nil {
-			m.setSchemaMissing(sqlState(err) == "42501", err)
-			return m.failed("preparing the fleet table", err, leaseAnswered(pctx, err))
+		if err := EnsureSchema(pctx, m.conn, m.cfg.Table); err != nil {
+			m.setSchemaMissing(m.conn.SQLState(err) == "42501", err)
+			return m.failed("preparing the fleet table", err, m.answered(pctx, err))
 		}
 		m.schemaOK = true
 		m.setSchemaMissing(false, nil)
@@ -253,25 +273,25 @@ func (m *fleetMember) turn() time.Duration {
 	if !m.joined {
 		m.id = rand.Int32N(1<<31-1) + 1
 	}
-	req := &refreshRequest{
-		fleet: m.cfg.name, key: m.key, member: m.id, joining: !m.joined, ttl: m.cfg.ttl, skew: time.Duration(m.skew.Load()),
-		have: m.have, want: m.want(), totals: m.cfg.totals, info: m.cfg.info,
-		prevPID: m.prevPID, prevStart: m.prevStart, reclaim: m.joined,
+	req := &Request{
+		Fleet: m.cfg.Name, Key: m.key, Member: m.id, Joining: !m.joined, TTL: m.cfg.TTL, Skew: time.Duration(m.Skew.Load()),
+		Have: m.have, Want: m.want(), Totals: m.cfg.Totals, Info: m.cfg.Info,
+		PrevPID: m.prevPID, PrevStart: m.prevStart, Reclaim: m.joined,
 	}
 	if m.joined && afterLive != nil {
-		req.afterLive, req.afterWant = afterLive, m.have.join(m.afterTarget)
+		req.AfterLive, req.AfterWant = afterLive, m.have.Join(m.afterTarget)
 	}
 	sent := time.Now()
-	v, err := refresh(ctx, m.conn, m.cfg.table, req)
+	v, err := Refresh(ctx, m.conn, m.cfg.Table, req)
 	if err != nil {
 		rowGone := false
-		switch sqlState(err) {
+		switch m.conn.SQLState(err) {
 		case "42P01", "3F000": // undefined_table, invalid_schema_name: our row went with it
 			m.schemaOK, rowGone = false, true
 		case "42883": // undefined_function
 			m.schemaOK = false
 		}
-		wait := m.failed("refreshing the lease", err, leaseAnswered(ctx, err))
+		wait := m.failed("refreshing the lease", err, m.answered(ctx, err))
 		if rowGone {
 			// Only the lock counts us now: without it, fence at once.
 			m.validUntil = time.Time{}
@@ -294,7 +314,7 @@ func (m *fleetMember) turn() time.Duration {
 	}
 	joinedNow := !m.joined
 	m.joined = true
-	m.validUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
+	m.validUntil = sent.Add(time.Duration(float64(m.cfg.TTL) * fenceAfter))
 	me := v.me()
 	// A new lease connection listens once its first refresh has kept the lease: not before, where
 	// the round trip would delay the refresh that a member whose connection was given up needs
@@ -303,7 +323,7 @@ func (m *fleetMember) turn() time.Duration {
 	// refreshes at its regular interval.
 	if !m.listening {
 		m.listening = true // tried once per connection
-		if w := notifyWaiterOf(m.conn); w != nil && listenFleet(ctx, m.conn, m.channel) == nil {
+		if w := m.conn.Waiter(); w != nil && Listen(ctx, m.conn, m.channel) == nil {
 			m.waiter = w
 		}
 	}
@@ -311,51 +331,51 @@ func (m *fleetMember) turn() time.Duration {
 	// a newcomer needs them to make room, and the room one made is theirs to take. A grant that
 	// the member could not use all of (fit) and declares back is no such change: notifying it
 	// would wake the others into refreshes that wake them again.
-	if joinedNow || !m.declared.within(req.have) {
-		notifyFleet(ctx, m.conn, m.channel, m.id) // lost, it costs the wait for the others' next refresh
+	if joinedNow || !m.declared.Within(req.Have) {
+		Notify(ctx, m.conn, m.channel, m.id) // lost, it costs the wait for the others' next refresh
 	}
-	m.declared = req.have
-	n, rank, totals := v.rank(m.cfg.totals)
-	if grown := m.have.growToward(me.declared); !grown.equal(m.have) {
-		m.target.growTo(grown)
+	m.declared = req.Have
+	n, rank, totals := v.rank(m.cfg.Totals)
+	if grown := m.have.GrowToward(me.declared); !grown.Equal(m.have) {
+		m.target.GrowTo(grown)
 		m.changed(grown, n, "granted")
 	}
-	target := targetShare(totals, n, rank)
+	target := TargetShare(totals, n, rank)
 	m.lastTarget = target
 	m.setMembers(n)
-	if !m.have.within(target) {
+	if !m.have.Within(target) {
 		s := m.have.meet(target)
-		sctx, scancel := context.WithTimeout(context.Background(), m.cfg.refresh)
+		sctx, scancel := context.WithTimeout(context.Background(), m.cfg.Refresh)
 		err := m.shrinkTo(sctx, s)
 		scancel()
 		if err != nil {
 			// Still above s: keep declaring what is held, refresh, and wait again.
-			return m.cfg.refresh
+			return m.cfg.Refresh
 		}
 		m.changed(s, n, "shrunk")
 		return 0 // declare the smaller share at once, so that the others can grow into it
 	}
-	if m.have.conns == 0 && target.conns == 0 {
+	if m.have.Conns == 0 && target.Conns == 0 {
 		// No seat for us (more members than connections): hold no connection meanwhile.
 		m.dropConn()
-		return m.cfg.refresh
+		return m.cfg.Refresh
 	}
-	if !target.within(m.have) {
-		if !target.within(req.want) {
+	if !target.Within(m.have) {
+		if !target.Within(req.Want) {
 			return 0 // the fleet changed since the refresh was sent: ask for the new fair share now
 		}
 		// Asked, and not granted in full: the others have not made room yet. Each notifies when
 		// it does; the shorter interval covers a notification that is lost.
-		return m.cfg.refresh / pendingRefreshDiv
+		return m.cfg.Refresh / pendingRefreshDiv
 	}
-	return m.cfg.refresh
+	return m.cfg.Refresh
 }
 
 // expectLapse looks in v, which a refresh received at got, for leases of others that only their
 // TTL keeps counted, and prepares the refresh at the earliest one's expiry: when to send it, and
 // what to ask for in the fleet without those leases, so that the refresh that finds them expired
 // also takes the room they free. Nothing when v does not count the member.
-func (m *fleetMember) expectLapse(v *fleetView, got time.Time) {
+func (m *Member) expectLapse(v *View, got time.Time) {
 	m.lapseAt, m.afterLive = time.Time{}, nil
 	if !v.mine {
 		return
@@ -372,22 +392,22 @@ func (m *fleetMember) expectLapse(v *fleetView, got time.Time) {
 	// The database read its clock before it answered: its lease expires at got+first or sooner.
 	m.lapseAt = got.Add(first + lapseMargin)
 	after := v.without(func(r *fleetRow) bool { return r.lapses() && r.left <= first })
-	n, rank, totals := after.rank(m.cfg.totals)
-	m.afterTarget = targetShare(totals, n, rank)
+	n, rank, totals := after.rank(m.cfg.Totals)
+	m.afterTarget = TargetShare(totals, n, rank)
 	m.afterLive = after.others()
 }
 
 // want is what the member asks for: its fair share from the last refresh where that is more
 // than it holds, what it holds elsewhere. Nothing more while coordination fails (the loop does
 // not get here then).
-func (m *fleetMember) want() share {
+func (m *Member) want() Share {
 	if !m.joined {
 		// A newcomer has not seen the others yet: it asks for everything, of which the database
 		// grants only what their declarations leave free (all of it to the first instance), and
 		// the next refresh, with the view, brings it to its fair share.
-		return m.have.join(targetShare(m.cfg.totals, 1, 0))
+		return m.have.Join(TargetShare(m.cfg.Totals, 1, 0))
 	}
-	return m.have.join(m.lastTarget)
+	return m.have.Join(m.lastTarget)
 }
 
 // connect dials the lease connection. The server ends a statement on it that runs too long (a
@@ -400,10 +420,10 @@ func (m *fleetMember) want() share {
 // waits up to a TTL: on a loaded server a backend can take longer to start than a refresh may
 // take, and a dial abandoned for another only starts another backend, as slow to start. Closing
 // the member ends the wait.
-func (m *fleetMember) connect() error {
+func (m *Member) connect() error {
 	timeout := m.statementTimeout()
 	if !m.holding() {
-		timeout = max(timeout, m.cfg.ttl)
+		timeout = max(timeout, m.cfg.TTL)
 	}
 	ctx, cancel := context.WithTimeout(m.halt, timeout)
 	defer cancel()
@@ -411,8 +431,8 @@ func (m *fleetMember) connect() error {
 	if err != nil {
 		return err
 	}
-	if err := c.exec(ctx, fmt.Sprintf("SET statement_timeout = %d", (m.queryTimeout()/2).Milliseconds())); err != nil {
-		c.close()
+	if err := c.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d", (m.queryTimeout()/2).Milliseconds())); err != nil {
+		c.Close()
 		return err
 	}
 	m.conn = c
@@ -421,14 +441,14 @@ func (m *fleetMember) connect() error {
 
 // holding reports whether the member has joined and holds a share, which the others count only
 // until valid.
-func (m *fleetMember) holding() bool {
-	return m.joined && !m.have.equal(zeroShare(len(m.have.concurrent)))
+func (m *Member) holding() bool {
+	return m.joined && !m.have.Equal(ZeroShare(len(m.have.Concurrent)))
 }
 
 // statementTimeout bounds a statement on the lease connection: queryTimeout, and for a member
 // holding a share the time until it must fence, so that a statement that hangs does not hold the
 // loop past that moment.
-func (m *fleetMember) statementTimeout() time.Duration {
+func (m *Member) statementTimeout() time.Duration {
 	timeout := m.queryTimeout()
 	if m.holding() {
 		timeout = min(timeout, max(time.Until(m.valid()), time.Millisecond))
@@ -436,25 +456,28 @@ func (m *fleetMember) statementTimeout() time.Duration {
 	return timeout
 }
 
-// leaseAnswered reports whether err, of a statement on the lease connection under ctx, is the
+// answered reports whether err, of a statement on the lease connection under ctx, is the
 // server's answer on a connection that stays usable: an error with a SQLSTATE other than a lost
 // connection's, and no cancel of ours. A statement that ctx interrupted costs the connection (the
 // call cuts it), and one canceled so (57014 while ctx has ended) may have left it wedged; the
 // server's own statement_timeout (57014 while ctx runs) ends the statement and nothing else.
-func leaseAnswered(ctx context.Context, err error) bool {
-	return !answerLost(err) && (sqlState(err) != "57014" || ctx.Err() == nil)
+func (m *Member) answered(ctx context.Context, err error) bool {
+	return !m.conn.AnswerLost(err) && (m.conn.SQLState(err) != "57014" || ctx.Err() == nil)
 }
 
-// queryTimeout bounds one refresh: a third of the TTL, so that a hung query leaves time for
-// another attempt before the member fences.
-func (m *fleetMember) queryTimeout() time.Duration { return max(m.cfg.ttl/3, 100*time.Millisecond) }
+// queryTimeout bounds one refresh: QueryTimeout of the member's TTL.
+func (m *Member) queryTimeout() time.Duration { return QueryTimeout(m.cfg.TTL) }
+
+// QueryTimeout bounds one refresh of a member whose lease lasts ttl: a third of it, so that a
+// hung query leaves time for another attempt before the member fences.
+func QueryTimeout(ttl time.Duration) time.Duration { return max(ttl/3, 100*time.Millisecond) }
 
 // retryWait is the wait after a failed turn.
-func (m *fleetMember) retryWait() time.Duration { return max(m.cfg.refresh/2, 10*time.Millisecond) }
+func (m *Member) retryWait() time.Duration { return max(m.cfg.Refresh/2, 10*time.Millisecond) }
 
 // valid returns until when the member is certainly counted by the others: by its row's lease, or
 // by the lock its lease connection was last seen to hold.
-func (m *fleetMember) valid() time.Time {
+func (m *Member) valid() time.Time {
 	if m.lockedUntil.After(m.validUntil) {
 		return m.lockedUntil
 	}
@@ -462,7 +485,7 @@ func (m *fleetMember) valid() time.Time {
 }
 
 // mustFence reports whether the member holds a share that the others may no longer count.
-func (m *fleetMember) mustFence() bool {
+func (m *Member) mustFence() bool {
 	return m.holding() && time.Now().After(m.valid())
 }
 
@@ -473,8 +496,8 @@ func (m *fleetMember) mustFence() bool {
 // serving from its share. Otherwise the connection is dropped (a new one is dialed next time),
 // and with it any lock a failed join may have left on it; the member then fences once its
 // lease may have expired, at once when its row is known gone.
-func (m *fleetMember) failed(what string, err error, answered bool) time.Duration {
-	// Only a connection that answered is asked (leaseAnswered): asking one that may be wedged
+func (m *Member) failed(what string, err error, answered bool) time.Duration {
+	// Only a connection that answered is asked (answered): asking one that may be wedged
 	// would take the time left before fencing.
 	keep, lock := false, "not asked"
 	if m.conn != nil && m.joined && answered {
@@ -501,7 +524,7 @@ func (m *fleetMember) failed(what string, err error, answered bool) time.Duratio
 	if kind := fmt.Sprint(what, keep); kind != m.lastErr && m.log != nil && !m.schemaMissing() {
 		m.lastErr = kind
 		m.log.Warn("gated: fleet: coordination failed; keeping the share, not growing",
-			"gate_name", m.cfg.name, "while", what, "err", err, "share", m.have.String(), "lock", lock)
+			"gate_name", m.cfg.Name, "while", what, "err", err, "share", m.have.String(), "lock", lock)
 	}
 	if m.mustFence() {
 		return 0
@@ -517,11 +540,11 @@ func (m *fleetMember) failed(what string, err error, answered bool) time.Duratio
 // That stands for the rest of the fence interval after the question was sent, as a refresh does:
 // should the connection break meanwhile, the next turn finds it broken and drops it, which ends
 // what the lock proved.
-func (m *fleetMember) proveLock() (bool, error) {
+func (m *Member) proveLock() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.statementTimeout())
 	defer cancel()
 	sent := time.Now()
-	rows, err := m.conn.query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+	rows, err := m.conn.Query(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
 		AND l.objsubid = 2 AND l.classid = $1::int::oid AND l.objid = $2::int::oid AND l.pid = pg_backend_pid())`,
 		int64(m.key), int64(m.id))
 	if err != nil {
@@ -532,14 +555,14 @@ func (m *fleetMember) proveLock() (bool, error) {
 	}
 	held, _ := rows[0][0].(bool)
 	if held {
-		m.lockedUntil = sent.Add(time.Duration(float64(m.cfg.ttl) * fenceAfter))
+		m.lockedUntil = sent.Add(time.Duration(float64(m.cfg.TTL) * fenceAfter))
 	}
 	return held, nil
 }
 
 // dropConn closes the lease connection in the background: closing one that a network partition
 // holds may wait for the driver's bounded cleanup.
-func (m *fleetMember) dropConn() {
+func (m *Member) dropConn() {
 	if m.conn == nil {
 		return
 	}
@@ -550,19 +573,19 @@ func (m *fleetMember) dropConn() {
 		m.prevPID, m.prevStart = m.leasePID, m.leaseStart
 		m.leasePID = 0
 	}
-	m.bg.Go(c.close)
+	m.bg.Go(c.Close)
 }
 
 // fence shrinks the instance to nothing, because the others may count its share as free.
-func (m *fleetMember) fence(why string) {
+func (m *Member) fence(why string) {
 	m.dropConn()
-	zero := zeroShare(len(m.have.concurrent))
+	zero := ZeroShare(len(m.have.Concurrent))
 	if m.log != nil {
 		m.log.Warn("gated: fleet: fencing, refusing every operation until the instance has joined again",
-			"gate_name", m.cfg.name, "why", why, "share", m.have.String())
+			"gate_name", m.cfg.Name, "why", why, "share", m.have.String())
 	}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.refresh)
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Refresh)
 		err := m.shrinkTo(ctx, zero)
 		cancel()
 		if err == nil {
@@ -580,90 +603,95 @@ func (m *fleetMember) fence(why string) {
 }
 
 // leave ends the membership when the loop stops: the instance's pool is closed by then.
-func (m *fleetMember) leave() {
+func (m *Member) leave() {
 	defer m.bg.Wait()
-	if m.crashed.Load() {
+	if m.Crashed.Load() {
 		if m.conn != nil {
-			m.conn.close()
+			m.conn.Close()
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.TTL)
 	defer cancel()
-	if m.conn != nil && m.joined && m.shrinkTo(ctx, zeroShare(len(m.have.concurrent))) == nil {
-		if err := leaveFleet(ctx, m.conn, m.cfg.table, m.cfg.name, m.key, m.id); err != nil {
+	if m.conn != nil && m.joined && m.shrinkTo(ctx, ZeroShare(len(m.have.Concurrent))) == nil {
+		if err := leaveFleet(ctx, m.conn, m.cfg.Table, m.cfg.Name, m.key, m.id); err != nil {
 			if m.log != nil {
-				m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.name, "err", err)
+				m.log.Warn("gated: fleet: leaving; the share comes back when the lease expires", "gate_name", m.cfg.Name, "err", err)
 			}
 		} else {
-			notifyFleet(ctx, m.conn, m.channel, m.id) // the others take the share at once
+			Notify(ctx, m.conn, m.channel, m.id) // the others take the share at once
 		}
 	}
 	if m.conn != nil {
-		m.conn.close()
+		m.conn.Close()
 		m.conn = nil
 	}
 }
 
-// shrinkTo lowers the instance to s (see shareTarget). The gates' B fall at once, before the
+// shrinkTo lowers the instance to s (see Target). The gates' B fall at once, before the
 // running work has ended: a share without a permit is no seat from that moment, so Stats says so
 // before the shrink begins, not once it has ended (changed).
-func (m *fleetMember) shrinkTo(ctx context.Context, s share) error {
+func (m *Member) shrinkTo(ctx context.Context, s Share) error {
 	if !s.seated() {
 		m.mu.Lock()
 		m.status.Seated = false
 		m.mu.Unlock()
 	}
-	return m.target.shrinkTo(ctx, s)
+	return m.target.ShrinkTo(ctx, s)
 }
 
 // changed records that the instance now holds s, and logs it.
-func (m *fleetMember) changed(s share, members int, how string) {
+func (m *Member) changed(s Share, members int, how string) {
 	m.have = s
 	m.mu.Lock()
-	m.status.Conns = s.conns
+	m.status.Conns = s.Conns
 	m.status.Seated = s.seated()
 	m.status.ShareChanges++
 	m.mu.Unlock()
 	if m.log != nil {
-		m.log.Info("gated: fleet: share changed", "gate_name", m.cfg.name, "how", how,
-			"members", members, "conns", s.conns, "concurrent", s.concurrent, "queue", s.queue)
+		m.log.Info("gated: fleet: share changed", "gate_name", m.cfg.Name, "how", how,
+			"members", members, "conns", s.Conns, "concurrent", s.Concurrent, "queue", s.Queue)
 	}
 }
 
 // setSchemaMissing records whether the table or a function is missing and the role may not
 // create it.
-func (m *fleetMember) setSchemaMissing(missing bool, err error) {
+func (m *Member) setSchemaMissing(missing bool, err error) {
 	m.mu.Lock()
 	was := m.status.SchemaMissing
 	m.status.SchemaMissing = missing
 	m.mu.Unlock()
 	if missing && !was && m.log != nil {
 		m.log.Warn("gated: fleet: coordination failed; the fleet's table or functions are missing and this role may not create them",
-			"gate_name", m.cfg.name, "table", m.cfg.table, "err", err, "share", m.have.String())
+			"gate_name", m.cfg.Name, "table", m.cfg.Table, "err", err, "share", m.have.String())
 	}
 }
 
-func (m *fleetMember) schemaMissing() bool {
+func (m *Member) schemaMissing() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.status.SchemaMissing
 }
 
-func (m *fleetMember) setMembers(n int) {
+func (m *Member) setMembers(n int) {
 	m.mu.Lock()
 	m.status.Members = n
 	m.mu.Unlock()
 }
 
-func (m *fleetMember) stats() FleetStats {
+// Stats returns what the member reports of its place in the fleet.
+func (m *Member) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.status
 }
 
-// fleetInfo is what a member writes into the fleet table about itself.
-func fleetInfo() string {
+// Totals returns the totals the member was configured with; the caller does not modify them.
+func (m *Member) Totals() Share { return m.cfg.Totals }
+
+// Info is what a member writes into the fleet table about itself (Config.Info): this host and
+// process.
+func Info() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s pid %d", host, os.Getpid())
 }

@@ -1,4 +1,4 @@
-package gated
+package fleet
 
 import (
 	"fmt"
@@ -24,8 +24,8 @@ func TestFleetSharesNeverAddUpAboveTheTotals(t *testing.T) {
 			{{max(conns-4, 0), 1, 3}, {0, 7, 2}},
 			{{conns / 3, conns / 3, conns / 3}, {1, 1, 1}},
 		} {
-			total := share{conns: conns, concurrent: gates[0], queue: gates[1]}
-			if sum(total.concurrent) > conns {
+			total := Share{Conns: conns, Concurrent: gates[0], Queue: gates[1]}
+			if Sum(total.Concurrent) > conns {
 				continue
 			}
 			for n := 1; n <= conns+4; n++ {
@@ -37,69 +37,69 @@ func TestFleetSharesNeverAddUpAboveTheTotals(t *testing.T) {
 	t.Logf("%d fleets checked", cases)
 }
 
-func checkShares(t *testing.T, total share, n int) {
+func checkShares(t *testing.T, total Share, n int) {
 	t.Helper()
 	name := fmt.Sprintf("totals %v among %d", total, n)
 	var sumConns, sumFitConns int
-	sumB := make([]int, len(total.concurrent))
-	sumFitB := make([]int, len(total.concurrent))
-	sumQ := make([]int, len(total.queue))
-	sumFitQ := make([]int, len(total.queue))
-	seats := min(n, total.conns)
-	if b := sum(total.concurrent); b > 0 {
+	sumB := make([]int, len(total.Concurrent))
+	sumFitB := make([]int, len(total.Concurrent))
+	sumQ := make([]int, len(total.Queue))
+	sumFitQ := make([]int, len(total.Queue))
+	seats := min(n, total.Conns)
+	if b := Sum(total.Concurrent); b > 0 {
 		seats = min(seats, b)
 	}
 	for rank := range n {
 		fair := fairShare(total, n, rank)
 		fit := fair.fit()
-		if !fit.within(fair) {
+		if !fit.Within(fair) {
 			t.Fatalf("%s: rank %d: fit %v is above the fair share %v", name, rank, fit, fair)
 		}
-		if !fit.fit().equal(fit) {
+		if !fit.fit().Equal(fit) {
 			t.Fatalf("%s: rank %d: fit is not idempotent: %v, then %v", name, rank, fit, fit.fit())
 		}
-		if !targetShare(total, n, rank).equal(fit) {
-			t.Fatalf("%s: rank %d: targetShare differs from the fitted fair share", name, rank)
+		if !TargetShare(total, n, rank).Equal(fit) {
+			t.Fatalf("%s: rank %d: TargetShare differs from the fitted fair share", name, rank)
 		}
 		if rank >= seats {
-			if !fair.equal(zeroShare(len(total.concurrent))) {
+			if !fair.Equal(ZeroShare(len(total.Concurrent))) {
 				t.Fatalf("%s: rank %d beyond the %d seats has %v, want nothing", name, rank, seats, fair)
 			}
 			continue
 		}
-		checkNear(t, name, rank, "conns", fair.conns, total.conns, seats)
-		if fit.conns < 1 {
+		checkNear(t, name, rank, "conns", fair.Conns, total.Conns, seats)
+		if fit.Conns < 1 {
 			t.Fatalf("%s: rank %d of %d seats has no connection: %v", name, rank, seats, fit)
 		}
-		if b := sum(fit.concurrent); b > fit.dataConns() || (b < 1 && sum(total.concurrent) > 0) {
-			t.Fatalf("%s: rank %d: B adds up to %d in %v, want 1 to its %d connections", name, rank, b, fit, fit.dataConns())
+		if b := Sum(fit.Concurrent); b > fit.DataConns() || (b < 1 && Sum(total.Concurrent) > 0) {
+			t.Fatalf("%s: rank %d: B adds up to %d in %v, want 1 to its %d connections", name, rank, b, fit, fit.DataConns())
 		}
-		sumConns += fair.conns
-		sumFitConns += fit.conns
-		for g := range total.concurrent {
-			checkNear(t, name, rank, fmt.Sprintf("concurrent[%d]", g), fair.concurrent[g], total.concurrent[g], seats)
-			checkNear(t, name, rank, fmt.Sprintf("queue[%d]", g), fair.queue[g], total.queue[g], seats)
-			if fit.concurrent[g] == 0 && fit.queue[g] != 0 {
-				t.Fatalf("%s: rank %d: gate %d has no B but a queue of %d", name, rank, g, fit.queue[g])
+		sumConns += fair.Conns
+		sumFitConns += fit.Conns
+		for g := range total.Concurrent {
+			checkNear(t, name, rank, fmt.Sprintf("concurrent[%d]", g), fair.Concurrent[g], total.Concurrent[g], seats)
+			checkNear(t, name, rank, fmt.Sprintf("queue[%d]", g), fair.Queue[g], total.Queue[g], seats)
+			if fit.Concurrent[g] == 0 && fit.Queue[g] != 0 {
+				t.Fatalf("%s: rank %d: gate %d has no B but a queue of %d", name, rank, g, fit.Queue[g])
 			}
-			sumB[g] += fair.concurrent[g]
-			sumFitB[g] += fit.concurrent[g]
-			sumQ[g] += fair.queue[g]
-			sumFitQ[g] += fit.queue[g]
+			sumB[g] += fair.Concurrent[g]
+			sumFitB[g] += fit.Concurrent[g]
+			sumQ[g] += fair.Queue[g]
+			sumFitQ[g] += fit.Queue[g]
 		}
 	}
 	if seats == 0 {
 		return // no connection to share: everyone holds nothing, checked above
 	}
-	if sumConns != total.conns || sumFitConns > total.conns {
-		t.Fatalf("%s: conns add up to %d (fitted %d), want exactly %d", name, sumConns, sumFitConns, total.conns)
+	if sumConns != total.Conns || sumFitConns > total.Conns {
+		t.Fatalf("%s: conns add up to %d (fitted %d), want exactly %d", name, sumConns, sumFitConns, total.Conns)
 	}
-	for g := range total.concurrent {
-		if sumB[g] != total.concurrent[g] || sumFitB[g] > total.concurrent[g] {
-			t.Fatalf("%s: gate %d: B adds up to %d (fitted %d), want exactly %d", name, g, sumB[g], sumFitB[g], total.concurrent[g])
+	for g := range total.Concurrent {
+		if sumB[g] != total.Concurrent[g] || sumFitB[g] > total.Concurrent[g] {
+			t.Fatalf("%s: gate %d: B adds up to %d (fitted %d), want exactly %d", name, g, sumB[g], sumFitB[g], total.Concurrent[g])
 		}
-		if sumQ[g] != total.queue[g] || sumFitQ[g] > total.queue[g] {
-			t.Fatalf("%s: gate %d: Q adds up to %d (fitted %d), want exactly %d", name, g, sumQ[g], sumFitQ[g], total.queue[g])
+		if sumQ[g] != total.Queue[g] || sumFitQ[g] > total.Queue[g] {
+			t.Fatalf("%s: gate %d: Q adds up to %d (fitted %d), want exactly %d", name, g, sumQ[g], sumFitQ[g], total.Queue[g])
 		}
 	}
 }
@@ -116,9 +116,9 @@ func checkNear(t *testing.T, name string, rank int, what string, v, total, n int
 // also gets the extra permits, so that fit does not waste them: 3 connections and B=3 between
 // two members are 2+1 connections and 2+1 permits in use, not 1+2 with one clamped away.
 func TestFleetShareExtrasFollowTheExtraConnections(t *testing.T) {
-	total := share{conns: 3, concurrent: []int{3}, queue: []int{3}}
-	a, b := targetShare(total, 2, 0), targetShare(total, 2, 1)
-	if a.conns != 2 || b.conns != 1 || a.concurrent[0] != 2 || b.concurrent[0] != 1 {
+	total := Share{Conns: 3, Concurrent: []int{3}, Queue: []int{3}}
+	a, b := TargetShare(total, 2, 0), TargetShare(total, 2, 1)
+	if a.Conns != 2 || b.Conns != 1 || a.Concurrent[0] != 2 || b.Concurrent[0] != 1 {
 		t.Fatalf("shares %v and %v, want conns 2 and 1 with B 2 and 1", a, b)
 	}
 }
@@ -127,11 +127,11 @@ func TestFleetShareExtrasFollowTheExtraConnections(t *testing.T) {
 // first gate_max_conns members hold a seat of one working connection and one permit (their lease
 // connection is outside the share); the others hold nothing and refuse every operation.
 func TestFleetShareWithMoreMembersThanConnections(t *testing.T) {
-	total := share{conns: 3, concurrent: []int{3}, queue: []int{6}}
+	total := Share{Conns: 3, Concurrent: []int{3}, Queue: []int{6}}
 	var got []int
 	for rank := range 5 {
-		s := targetShare(total, 5, rank)
-		got = append(got, s.conns, s.concurrent[0], s.queue[0])
+		s := TargetShare(total, 5, rank)
+		got = append(got, s.Conns, s.Concurrent[0], s.Queue[0])
 	}
 	want := []int{1, 1, 2, 1, 1, 2, 1, 1, 2, 0, 0, 0, 0, 0, 0}
 	if !slices.Equal(got, want) {
@@ -145,20 +145,20 @@ func TestFleetShareWithMoreMembersThanConnections(t *testing.T) {
 // them a connection and no permit.
 func TestFleetShareSeatedMembersHaveAPermit(t *testing.T) {
 	for _, tc := range []struct {
-		total share
+		total Share
 		n     int
 		want  []int // conns, B by rank
 	}{
-		{share{conns: 12, concurrent: []int{12}, queue: []int{12}}, 7, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1}},
-		{share{conns: 12, concurrent: []int{12}, queue: []int{12}}, 6, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
-		{share{conns: 8, concurrent: []int{3}, queue: []int{3}}, 5, []int{3, 1, 3, 1, 2, 1, 0, 0, 0, 0}},
-		{share{conns: 6, concurrent: []int{1, 2}, queue: []int{0, 0}}, 4, []int{2, 1, 2, 1, 2, 1, 0, 0}},
+		{Share{Conns: 12, Concurrent: []int{12}, Queue: []int{12}}, 7, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1}},
+		{Share{Conns: 12, Concurrent: []int{12}, Queue: []int{12}}, 6, []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+		{Share{Conns: 8, Concurrent: []int{3}, Queue: []int{3}}, 5, []int{3, 1, 3, 1, 2, 1, 0, 0, 0, 0}},
+		{Share{Conns: 6, Concurrent: []int{1, 2}, Queue: []int{0, 0}}, 4, []int{2, 1, 2, 1, 2, 1, 0, 0}},
 	} {
 		var got []int
 		for rank := range tc.n {
-			s := targetShare(tc.total, tc.n, rank)
-			got = append(got, s.conns, sum(s.concurrent))
-			if s.conns > 0 && sum(s.concurrent) < 1 {
+			s := TargetShare(tc.total, tc.n, rank)
+			got = append(got, s.Conns, Sum(s.Concurrent))
+			if s.Conns > 0 && Sum(s.Concurrent) < 1 {
 				t.Errorf("totals %v among %d: rank %d is seated with no permit: %v", tc.total, tc.n, rank, s)
 			}
 		}
@@ -170,13 +170,13 @@ func TestFleetShareSeatedMembersHaveAPermit(t *testing.T) {
 
 func TestFleetShareArraysRoundTrip(t *testing.T) {
 	for _, v := range [][]int{nil, {0}, {3, 12, 0}} {
-		s := sqlInts(v)
-		got, err := parseInts(s[1 : len(s)-1])
+		s := SQLInts(v)
+		got, err := ParseInts(s[1 : len(s)-1])
 		if err != nil || !slices.Equal(got, v) {
 			t.Fatalf("%v -> %q -> %v, %v", v, s, got, err)
 		}
 	}
-	if _, err := parseInts("1,x"); err == nil {
+	if _, err := ParseInts("1,x"); err == nil {
 		t.Fatal("parseInts accepted 1,x")
 	}
 }
@@ -185,23 +185,23 @@ func TestFleetShareArraysRoundTrip(t *testing.T) {
 // large gives a share that is nowhere below the one held, nowhere above the grant, and fitted;
 // so growing into a grant that raises one gate never takes permits from another.
 func TestFleetGrowingNeverLowersAGate(t *testing.T) {
-	total := share{conns: 9, concurrent: []int{5, 3}, queue: []int{4, 2}}
+	total := Share{Conns: 9, Concurrent: []int{5, 3}, Queue: []int{4, 2}}
 	var cases int
 	for n := 1; n <= 5; n++ {
 		for rank := range n {
-			have := targetShare(total, n, rank)
+			have := TargetShare(total, n, rank)
 			for dc := 0; dc <= 3; dc++ {
 				for db0 := 0; db0 <= 3; db0++ {
 					for db1 := 0; db1 <= 3; db1++ {
-						grant := have.clone()
-						grant.conns += dc
-						grant.concurrent[0] += db0
-						grant.concurrent[1] += db1
-						grant.queue[0] += db0
-						grant.queue[1]++
-						got := have.growToward(grant)
+						grant := have.Clone()
+						grant.Conns += dc
+						grant.Concurrent[0] += db0
+						grant.Concurrent[1] += db1
+						grant.Queue[0] += db0
+						grant.Queue[1]++
+						got := have.GrowToward(grant)
 						cases++
-						if !have.within(got) || !got.within(grant) || !got.fit().equal(got) {
+						if !have.Within(got) || !got.Within(grant) || !got.fit().Equal(got) {
 							t.Fatalf("from %v toward %v: %v (must be between them, and fitted)", have, grant, got)
 						}
 					}
