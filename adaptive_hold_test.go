@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/gatedsql/gated/internal/testwait"
 )
 
@@ -21,7 +22,7 @@ import (
 // last answer arrived (binding.serviceHold), and never more: these tests hold the subtraction to
 // its bounds before the storm test relies on it.
 
-// recvAgeKnown reports whether this platform tells a TCP socket's receive age (sockage_linux.go).
+// recvAgeKnown reports whether this platform tells a TCP socket's receive age (internal/sockconn/sockage_linux.go).
 func recvAgeKnown() bool { return runtime.GOOS == "linux" && runtime.GOARCH != "386" }
 
 func TestAutoHoldClientWaitIsClamped(t *testing.T) {
@@ -68,98 +69,6 @@ func TestAutoHoldRecvAgeStepIsTheShortestAgeSeen(t *testing.T) {
 			t.Errorf("recvAgeStep(%v) = %v, want %v", c.age, got, c.want)
 		}
 	}
-}
-
-// sockPair returns both ends of a connection over a listener on network and addr, closed at
-// cleanup.
-func sockPair(t *testing.T, network, addr string) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	return client, server
-}
-
-// A TCP socket's age is the time since its last data arrived, read or not, within the kernel's
-// step; it costs no allocation. A unix-domain socket's is unknown: 0.
-func TestAutoHoldSocketReportsTheAgeOfItsLastData(t *testing.T) {
-	t.Run("tcp", func(t *testing.T) {
-		c, server := sockPair(t, "tcp", "127.0.0.1:0")
-		client := newSockConn(c, false)
-		buf := make([]byte, 1)
-		for _, unread := range []bool{false, true} {
-			sent := monoNow()
-			if _, err := server.Write([]byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			arrived := monoNow() // loopback: queued on the client's socket before Write returns
-			if !unread {
-				if _, err := client.Read(buf); err != nil {
-					t.Fatal(err)
-				}
-				arrived = monoNow()
-			}
-			time.Sleep(50 * time.Millisecond)
-			before := monoNow()
-			age := client.sinceLastRecv()
-			after := monoNow()
-			if !recvAgeKnown() {
-				if age != 0 {
-					t.Errorf("age %v on a platform without TCP_INFO, want 0", age)
-				}
-				return
-			}
-			// The true age is within [before-arrived, after-sent]; the kernel's step is at most
-			// maxRecvAgeStep either way.
-			if lo, hi := before-arrived-maxRecvAgeStep, after-sent+maxRecvAgeStep; age < lo || age > hi {
-				t.Errorf("unread %v: age %v, want within [%v, %v]", unread, age, lo, hi)
-			}
-			if unread {
-				if _, err := client.Read(buf); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		// Data just arrived: an age within a step.
-		if _, err := server.Write([]byte("y")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-		t0 := monoNow()
-		age := client.sinceLastRecv()
-		if d := monoNow() - t0; age > d+maxRecvAgeStep {
-			t.Errorf("age %v just after the data arrived", age)
-		}
-		if n := testing.AllocsPerRun(100, func() { client.sinceLastRecv() }); n != 0 {
-			t.Errorf("sinceLastRecv allocates %v times", n)
-		}
-	})
-	t.Run("unix", func(t *testing.T) {
-		c, server := sockPair(t, "unix", filepath.Join(t.TempDir(), "s"))
-		client := newSockConn(c, false)
-		if client.age != nil {
-			t.Errorf("a unix-domain socket has a sockAge")
-		}
-		server.Write([]byte("x"))
-		time.Sleep(20 * time.Millisecond)
-		if age := client.sinceLastRecv(); age != 0 {
-			t.Errorf("unix-domain socket: age %v, want 0 (unknown)", age)
-		}
-	})
 }
 
 // unixSocketBase returns the test server's URL over its unix-domain socket, or "" with why not.
@@ -377,7 +286,7 @@ func BenchmarkAutoReleaseSocketAge(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := newSockConn(c, false)
+	s := sockconn.New(c, 0)
 	defer s.Close()
 	server, err := ln.Accept()
 	if err != nil {
@@ -387,7 +296,7 @@ func BenchmarkAutoReleaseSocketAge(b *testing.B) {
 	server.Write([]byte("x"))
 	b.ReportAllocs()
 	for b.Loop() {
-		s.sinceLastRecv()
+		s.SinceLastRecv()
 	}
 }
 

@@ -1,6 +1,10 @@
 package gated
 
-import "context"
+import (
+	"context"
+
+	"github.com/gatedsql/gated/internal/sockconn"
+)
 
 // A call is one driver call in flight on a binding's physical connection: an exec, a query
 // until its rows close, a begin, commit, rollback, prepare or ping, or a ROLLBACK gated sends
@@ -8,7 +12,7 @@ import "context"
 // nowhere else, so nothing of it can outlive the call or be overwritten by the next one:
 //
 //   - the context that guards it, and its watch, when the driver needs one (lib/pq: see
-//     sockWatch), armed when the call begins and ended when it returns;
+//     sockconn.Watch), armed when the call begins and ended when it returns;
 //   - how many bytes the connection had written when it began, to tell a call that sent
 //     nothing from one that may have reached the server.
 //
@@ -25,8 +29,8 @@ import "context"
 type call struct {
 	pc     *physConn
 	ctx    context.Context
-	before int64     // bytes pc had written when the call began; -1 when gated does not see the socket
-	w      sockWatch // the call's watch; none when the driver needs none or ctx never ends
+	before int64          // bytes pc had written when the call began; -1 when gated does not see the socket
+	w      sockconn.Watch // the call's watch; none when the driver needs none or ctx never ends
 }
 
 // startCall begins a call under ctx on pc.
@@ -34,8 +38,8 @@ func (pc *physConn) startCall(ctx context.Context) call {
 	pc.sess.tx = pc.inner.txStatus() // Raw may have run statements since the last call ended
 	c := call{pc: pc, ctx: ctx, before: pc.inner.sent()}
 	if s := pc.sock; s != nil && pc.watched {
-		s.busy.Store(true)
-		c.w = s.watch(ctx, cancelGrace)
+		s.SetBusy(true)
+		c.w = s.Watch(ctx, sockconn.CancelGrace)
 	}
 	return c
 }
@@ -48,7 +52,7 @@ func (c *call) end() {
 		return
 	}
 	c.pc = nil
-	if c.w.end() {
+	if c.w.End() {
 		pc.broken = true // its socket's deadline has passed
 	}
 	if c.ctx.Err() != nil && !pc.inner.alive() {
@@ -63,7 +67,7 @@ func (c *call) end() {
 // not closed first (database/sql closes them, so only after a panic). A watch must not outlive
 // its binding; one that cut the socket short leaves the connection broken.
 func (pc *physConn) endLeftoverWatch() {
-	if pc.sock != nil && pc.sock.endWatch(anyWatch) {
+	if pc.sock != nil && pc.sock.EndAnyWatch() {
 		pc.broken = true
 	}
 }

@@ -7,90 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/gatedsql/gated/internal/fakedb"
 )
-
-// pipeSock returns a lib/pq-style sockConn over one end of a pipe, and the other end.
-func pipeSock(t *testing.T) (*sockConn, net.Conn) {
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return newSockConn(a, false), b
-}
-
-func TestWatchThatFiresAfterItsCallEndedDoesNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, peer := pipeSock(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		w := s.watch(ctx, cancelGrace)
-		if !w.armed() {
-			t.Fatal("no watch armed for a context that can end")
-		}
-		if w.end() {
-			t.Fatal("a watch whose context never ended reports that it cut the call short")
-		}
-		cancel() // the helper's deferred cancel, after the call returned
-		time.Sleep(2 * cancelGrace)
-		synctest.Wait()
-		if s.expiredBy.Load() != nil {
-			t.Fatal("a watch expired the socket after its call had ended")
-		}
-		// The next call on the socket works.
-		go peer.Write([]byte("x"))
-		buf := make([]byte, 1)
-		if _, err := s.Read(buf); err != nil {
-			t.Fatalf("read after an ended watch's context ended: %v", err)
-		}
-	})
-}
-
-func TestWatchCutsShortTheCallItGuards(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, _ := pipeSock(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		w := s.watch(ctx, cancelGrace)
-		read := make(chan error, 1)
-		go func() {
-			_, err := s.Read(make([]byte, 1)) // the server never answers
-			read <- err
-		}()
-		synctest.Wait()
-		cancel()
-		err := <-read // after the grace
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("read cut short by the watch: %v, want it to wrap context.Canceled and the deadline", err)
-		}
-		if !w.end() {
-			t.Fatal("the watch that cut the call short does not say so at the call's end")
-		}
-	})
-}
-
-func TestASocketHasOneWatchAtATime(t *testing.T) {
-	s, _ := pipeSock(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rowsWatch := s.watch(ctx, cancelGrace)
-	if second := s.watch(ctx, cancelGrace); second.armed() {
-		t.Fatal("a second watch was armed while the first call's watch is")
-	}
-	rowsWatch.end()
-	if w := s.watch(context.Background(), cancelGrace); w.armed() {
-		t.Fatal("a watch was armed for a context that never ends")
-	}
-	w := s.watch(ctx, cancelGrace)
-	if !w.armed() {
-		t.Fatal("no watch armed once the earlier one ended")
-	}
-	w.end()
-}
 
 // mayRunRecorder is the generic driver's knowledge, recording the mayRun its close was given.
 type mayRunRecorder struct {

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated/internal/sockconn"
 )
 
 // appWork stands for the application's own work between two statements, longer than the grace
 // after which a context's watch cuts a lib/pq socket short: a watch that outlived its call would
 // have fired by the time the next call runs. It is the shape under test, not a synchronization.
-const appWork = cancelGrace + 50*time.Millisecond
+const appWork = sockconn.CancelGrace + 50*time.Millisecond
 
 // execWithDeadline runs query through ex under a context of its own that the helper cancels, by
 // defer, once the statement has succeeded: the way application helpers bound their statements.
@@ -82,7 +84,7 @@ func TestSlowCommitAfterAnEarlierStatementsContextWasCanceledIsNotUnknown(t *tes
 		}
 		defer tx.Rollback()
 		execWithDeadline(t, tx, "INSERT INTO "+table+" VALUES (1)")
-		err = tx.Commit() // the deferred trigger runs now, for longer than cancelGrace
+		err = tx.Commit() // the deferred trigger runs now, for longer than sockconn.CancelGrace
 		if errors.Is(err, ErrCommitUnknown) {
 			t.Fatalf("a COMMIT that was applied reports: %v", err)
 		}

@@ -30,7 +30,7 @@ type innerConn interface {
 	// '?' when the driver does not report it.
 	txStatus() byte
 	// watchesSocket reports whether the driver cannot interrupt its socket's blocking calls when
-	// a context ends (lib/pq): each call then watches its context (see call, sockWatch).
+	// a context ends (lib/pq): each call then watches its context (see call, sockconn.Watch).
 	watchesSocket() bool
 	// close closes the connection and returns once the driver's cleanup has ended (pgx's
 	// asynchronous cancel and close, the drain of a lib/pq socket whose statement may still

@@ -79,11 +79,11 @@ func (c *pgxConn) unsent(err error, before int64) bool {
 	if c.sock == nil {
 		return false
 	}
-	return c.sock.written.Load() == before && c.pg.IsClosed()
+	return c.sock.Written() == before && c.pg.IsClosed()
 }
 
 func (c *pgxConn) commitUnknown(err error, before int64) bool {
-	return c.sock != nil && c.sock.written.Load() > before && c.pg.IsClosed() && answerLost(err)
+	return c.sock != nil && c.sock.Written() > before && c.pg.IsClosed() && answerLost(err)
 }
 
 // endFailedTx: pgx knows its transaction status; a connection left in a transaction is not
@@ -150,12 +150,12 @@ func sockSent(s *sockConn) int64 {
 	if s == nil {
 		return -1
 	}
-	return s.written.Load()
+	return s.Written()
 }
 
 func armSock(s *sockConn) {
 	if s != nil {
-		s.armed.Store(true)
+		s.CheckBeforeWrite()
 	}
 }
 

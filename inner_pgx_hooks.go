@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -31,7 +32,7 @@ func pgxConnectOptions(o innerOptions) []stdlib.OptionOpenDB {
 			if err != nil {
 				return nil, err
 			}
-			return wrapDialed(ctx, c, false, false), nil
+			return sockconn.WrapDialed(ctx, c, 0, false), nil
 		}
 		return nil
 	}

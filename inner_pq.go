@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/lib/pq"
 )
 
@@ -79,7 +80,7 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
-	return wrapDialed(ctx, c, true, true), nil
+	return sockconn.WrapDialed(ctx, c, cleanupWait, true), nil
 }
 
 // pqConn is a lib/pq connection. lib/pq reports whether it is still usable (driver.Validator)
@@ -111,18 +112,18 @@ func (c *pqConn) close(bool) {
 	c.dc.Close()
 	if c.sock != nil {
 		c.sock.Close() // lib/pq may have left it open after a failed write
-		c.sock.awaitDrain()
+		c.sock.AwaitDrain()
 	}
 }
 
 func (c *pqConn) sent() int64 { return sockSent(c.sock) }
 
 func (c *pqConn) unsent(err error, before int64) bool {
-	return c.sock != nil && c.sock.written.Load() == before && !c.alive()
+	return c.sock != nil && c.sock.Written() == before && !c.alive()
 }
 
 func (c *pqConn) commitUnknown(err error, before int64) bool {
-	return c.sock != nil && c.sock.written.Load() > before && !c.alive() && answerLost(err)
+	return c.sock != nil && c.sock.Written() > before && !c.alive() && answerLost(err)
 }
 
 // endFailedTx sends ROLLBACK unless the server reported the connection idle. The ROLLBACK is a
@@ -137,12 +138,12 @@ func (c *pqConn) endFailedTx() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endFailedTxTimeout)
 	defer cancel()
-	var w sockWatch
+	var w sockconn.Watch
 	if c.sock != nil {
-		w = c.sock.watch(ctx, 0)
+		w = c.sock.Watch(ctx, 0)
 	}
 	ok := sendRollback(c.dc, ctx)
-	if w.end() {
+	if w.End() {
 		return false
 	}
 	return ok && c.idle()
@@ -276,9 +277,9 @@ func (c *pqConn) waitNotify(ctx context.Context, self string) error {
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
-		w := c.sock.watch(ctx, 0)
+		w := c.sock.Watch(ctx, 0)
 		err = execSimple(ctx, c.dc, "")
-		if w.end() && err == nil {
+		if w.End() && err == nil {
 			err = ctx.Err()
 		}
 		if err != nil {

@@ -55,18 +55,18 @@ func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc
 // the server any more.
 func (pc *physConn) rested() {
 	if pc.sock != nil {
-		pc.sock.busy.Store(false)
+		pc.sock.SetBusy(false)
 	}
 }
 
 // answerAge returns how long ago the server's last data arrived on the connection's socket, or 0
 // when gated cannot tell: a driver whose socket gated does not dial (MySQL, any other driver),
-// a unix-domain socket, a platform without TCP_INFO. See sockConn.sinceLastRecv.
+// a unix-domain socket, a platform without TCP_INFO. See sockconn.Conn.SinceLastRecv.
 func (pc *physConn) answerAge() time.Duration {
 	if pc.sock == nil {
 		return 0
 	}
-	return pc.sock.sinceLastRecv()
+	return pc.sock.SinceLastRecv()
 }
 
 // alive reports whether the driver still considers the connection open; true when the driver

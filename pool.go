@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gatedsql/gated/internal/sockconn"
 )
 
 // cleanupWait bounds how long a destroyed connection may keep its permit while the driver
@@ -118,11 +120,11 @@ func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, s
 	// server that accepts and never answers would hold the caller for ever): the context ending
 	// cuts the socket's calls short. pgx bounds it itself.
 	stop := context.AfterFunc(ctx, func() {
-		if s := slot.Load(); s != nil && s.cutOnConnect {
-			s.expire(ctx)
+		if s := slot.Load(); s != nil && s.CutOnConnect() {
+			s.Expire(ctx)
 		}
 	})
-	dc, err = connector.Connect(context.WithValue(ctx, netConnSlot{}, slot))
+	dc, err = connector.Connect(sockconn.WithSlot(ctx, slot))
 	if !stop() && err == nil {
 		// The context ended as the connection was made: its socket's deadline may have passed.
 		dc.Close()

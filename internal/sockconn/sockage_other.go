@@ -1,6 +1,6 @@
 //go:build !linux || 386
 
-package gated
+package sockconn
 
 import (
 	"net"

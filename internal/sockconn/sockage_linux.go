@@ -1,6 +1,6 @@
 //go:build linux && !386
 
-package gated
+package sockconn
 
 import (
 	"net"
@@ -12,12 +12,12 @@ import (
 // A sockAge tells how long ago data last arrived on a TCP socket, from the kernel: TCP_INFO's
 // tcpi_last_data_recv, the time since the kernel queued the last segment that carried data for
 // the socket, whoever has read it since (pure ACKs do not count). It is the raw socket's: under
-// TLS (crypto/tls runs over the sockConn that gated dialed, for pgx and lib/pq alike) the
+// TLS (crypto/tls runs over the Conn that gated dialed, for pgx and lib/pq alike) the
 // records arrive on it as they would in the clear, so the age is the same.
 //
 // The kernel keeps the time in jiffies and reports milliseconds: the age comes in steps of one
 // tick (4 ms at HZ=250, 1 ms at HZ=1000, 10 ms at HZ=100), and may be up to one tick more or
-// less than the true age. See recvAgeStep for how that is allowed for.
+// less than the true age. See the root's recvAgeStep for how that is allowed for.
 type sockAge struct {
 	rc   syscall.RawConn
 	fn   func(fd uintptr) // a.read, bound once: a method value per call would allocate

@@ -1,12 +1,12 @@
 //go:build !unix
 
-package gated
+package sockconn
 
 import "net"
 
 // A sockCheck cannot inspect a socket without blocking on this platform: connections count as
 // alive, and a dead one is found by its first statement, which then fails unreplayed unless
-// nothing of it was written (see innerConn.unsent).
+// nothing of it was written (see the root's innerConn.unsent).
 type sockCheck struct{}
 
 func newSockCheck(net.Conn) *sockCheck { return nil }

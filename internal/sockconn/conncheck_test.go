@@ -1,6 +1,6 @@
 //go:build unix
 
-package gated
+package sockconn
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // tcpPair returns both ends of a loopback TCP connection, closed at cleanup.
@@ -27,13 +29,13 @@ func TestPeerGoneSeesAServerThatHungUp(t *testing.T) {
 		t.Errorf("peerGone allocates %v times", allocs)
 	}
 	server.Write([]byte("N"))
-	waitFor(t, "pending byte seen", func() bool { return s.peerGone() })
+	testwait.For(t, "pending byte seen", func() bool { return s.peerGone() })
 	buf := make([]byte, 1)
 	if _, err := client.Read(buf); err != nil || buf[0] != 'N' {
 		t.Fatalf("peerGone consumed the pending byte: %q, %v", buf, err)
 	}
 	server.Close()
-	waitFor(t, "hang-up seen", func() bool { return s.peerGone() })
+	testwait.For(t, "hang-up seen", func() bool { return s.peerGone() })
 }
 
 // A driver's background reader (pgx has one) may sit in a read of an idle connection; the check
@@ -72,19 +74,19 @@ func TestPeerGoneNeverWaitsForABlockedReader(t *testing.T) {
 // never left as one that may have run, failing an operation gated replays on a new connection.
 func TestSocketCountsNothingAfterTheServerWasFoundGone(t *testing.T) {
 	client, server := tcpPair(t)
-	s := newSockConn(client, false)
+	s := New(client, 0)
 	if s.check == nil {
 		t.Skip("no socket check on this platform")
 	}
 	server.Close()
-	waitFor(t, "hang-up seen", func() bool { return s.check.peerGone() })
-	s.armed.Store(true)
+	testwait.For(t, "hang-up seen", func() bool { return s.check.peerGone() })
+	s.CheckBeforeWrite()
 	if n, err := s.Write([]byte("Q")); n != 0 || !errors.Is(err, errHungUpWhileIdle) {
 		t.Fatalf("first write after the server hung up = %d, %v; want 0, %v", n, err, errHungUpWhileIdle)
 	}
 	// The driver's farewell, on a socket whose peer is gone: sent or not, it is not counted.
 	s.Write([]byte("X"))
-	if got := s.written.Load(); got != 0 {
+	if got := s.Written(); got != 0 {
 		t.Errorf("%d bytes counted as written on a socket that sent nothing", got)
 	}
 }
@@ -96,12 +98,12 @@ func TestSocketCountsNothingAfterTheServerWasFoundGone(t *testing.T) {
 // cleanupWait (15 s).
 func TestSocketSendsButDoesNotCountTheFarewellAfterAFailedWrite(t *testing.T) {
 	client, server := tcpPair(t)
-	s := newSockConn(client, false)
+	s := New(client, 0)
 	client.SetWriteDeadline(time.Now().Add(-time.Second))
 	if _, err := s.Write([]byte("Q")); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("write past its deadline: %v", err)
 	}
-	before := s.written.Load()
+	before := s.Written()
 	client.SetWriteDeadline(time.Time{})
 	if n, err := s.Write([]byte("X")); n != 1 || err != nil {
 		t.Fatalf("the farewell after a failed write = %d, %v; want it sent", n, err)
@@ -111,7 +113,7 @@ func TestSocketSendsButDoesNotCountTheFarewellAfterAFailedWrite(t *testing.T) {
 	if _, err := io.ReadFull(server, got); err != nil || got[0] != 'X' {
 		t.Errorf("the server read %q, %v; want the farewell", got, err)
 	}
-	if got := s.written.Load(); got != before {
+	if got := s.Written(); got != before {
 		t.Errorf("written went from %d to %d after the connection broke", before, got)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package gated
+package sockconn
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // A sockCheck looks at a connection's socket before the first write after the connection was idle
-// (and before COMMIT), from sockConn.Write: if the check fails nothing is written. An idle
+// (and before COMMIT), from Conn.Write: if the check fails nothing is written. An idle
 // PostgreSQL backend sends nothing unless it is terminating (pg_terminate_backend, a shutdown),
 // except NOTIFY and parameter changes, rare on pooled connections. If anything is there to read,
 // or the peer has gone, the write fails having sent nothing, and the statement runs on another
