@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+
+	"github.com/gatedsql/gated/internal/dsn"
 )
 
 // How a Config and a Connector print: as the DSN that FormatDSN writes, with every password
@@ -35,7 +37,7 @@ var (
 // Observer and Logger are not shown. fmt's %v, %+v and %s use it; it never shows a password.
 // Use FormatDSN for the DSN itself.
 func (c Config) String() string {
-	return redactDSN(c.FormatDSN())
+	return dsn.RedactDSN(c.FormatDSN())
 }
 
 // GoString returns c for fmt's %#v, without its password: gated.Config("<String>").

@@ -3,19 +3,14 @@ package gated
 import (
 	"errors"
 	"fmt"
-	"iter"
-	"net/url"
-	"strconv"
 	"strings"
+
+	"github.com/gatedsql/gated/internal/dsn"
 )
 
 var (
-	errRepeatedKey  = errors.New("key given more than once")
-	errMissingValue = errors.New(`missing "=" and value`)
-	errUnterminated = errors.New("unterminated quoted value")
-	errBackslashEnd = errors.New("value ends with a lone backslash")
-	errStrandedKey  = errors.New("cannot be taken out: what is left for the inner driver would still hold it")
-	errStrandedForm = errors.New("cannot be taken out: what is left for the inner driver would be a keyword/value DSN that cannot be read")
+	errRepeatedKey = errors.New("key given more than once")
+	errStrandedKey = errors.New("cannot be taken out: what is left for the inner driver would still hold it")
 )
 
 // ParseDSN reads the gate_ keys out of dsn and returns a Config whose DSN field is the rest of
@@ -86,29 +81,22 @@ var (
 // the rest of dsn. An unknown or repeated gate_ key is an error. ParseDSN returns a nil Config
 // with any error. It is safe for concurrent use.
 func ParseDSN(dsn string) (*Config, error) {
-	inner, params, err := splitParams(dsn, isGateKey)
+	inner, params, err := splitGateKeys(dsn)
 	if err != nil {
 		return nil, err
-	}
-	if len(params) > 0 && dsnFormOf(inner) == formKV && dsnFormOf(dsn) != formKV {
-		// Taking the keys out changed the form of what is left ("0='?gate_queue=0" leaves the
-		// keyword/value "0='"): it must still read as a DSN of its new form.
-		if _, _, err := splitParams(inner, isGateKey); err != nil {
-			return nil, &DSNError{Key: params[0].key, Err: errStrandedForm}
-		}
 	}
 	c := &Config{DSN: inner}
 	seen := make(map[string]bool, len(params))
 	for _, p := range params {
-		if lower := strings.ToLower(p.key); lower != p.key {
-			return nil, &DSNError{Key: p.key, Err: fmt.Errorf("gate_ keys are lower case (%s)", lower)}
+		if lower := strings.ToLower(p.Key); lower != p.Key {
+			return nil, &DSNError{Key: p.Key, Err: fmt.Errorf("gate_ keys are lower case (%s)", lower)}
 		}
-		if seen[p.key] {
-			return nil, &DSNError{Key: p.key, Err: errRepeatedKey}
+		if seen[p.Key] {
+			return nil, &DSNError{Key: p.Key, Err: errRepeatedKey}
 		}
-		seen[p.key] = true
-		if err := c.set(p.key, p.value); err != nil {
-			return nil, &DSNError{Key: p.key, Err: err}
+		seen[p.Key] = true
+		if err := c.set(p.Key, p.Value); err != nil {
+			return nil, &DSNError{Key: p.Key, Err: err}
 		}
 	}
 	// The keys not given are zero fields, which normalize defaults as for a Config literal.
@@ -134,358 +122,31 @@ func ParseDSN(dsn string) (*Config, error) {
 func (c *Config) FormatDSN() string {
 	d := c.Clone()
 	d.fillDefaults()
-	var buf [len(dsnKeys)]gateParam
+	var buf [len(dsnKeys)]dsn.Param
 	params := buf[:0]
 	for _, k := range dsnKeys {
 		if v, isDefault := k.get(d); !isDefault {
-			params = append(params, gateParam{k.name, v})
+			params = append(params, dsn.Param{Key: k.name, Value: v})
 		}
 	}
-	if len(params) == 0 {
-		return c.DSN
-	}
-
-	var b strings.Builder
-	if c.DSN == "" || dsnFormOf(c.DSN) == formKV {
-		// In front, not behind: a trailing "password=" would take the next word as its value.
-		for _, p := range params {
-			b.WriteString(p.key)
-			b.WriteByte('=')
-			writeKVValue(&b, p.value)
-			b.WriteByte(' ')
-		}
-		if c.DSN == "" {
-			return b.String()[:b.Len()-1]
-		}
-		b.WriteString(c.DSN)
-		return b.String()
-	}
-	q, frag := queryBounds(c.DSN)
-	b.WriteString(c.DSN[:frag])
-	sep := byte('?')
-	if q >= 0 {
-		// Even after an empty query ("db?"): ParseDSN keeps the '?' only while a parameter,
-		// even an empty one, is left, so "db?&gate_queue=1" is what reads back as "db?".
-		sep = '&'
-	}
-	for _, p := range params {
-		b.WriteByte(sep)
-		sep = '&'
-		b.WriteString(p.key)
-		b.WriteByte('=')
-		// QueryEscape also escapes '@', '/', '?' and '#', so the added text cannot move the
-		// query's start or the fragment that queryBounds finds.
-		b.WriteString(url.QueryEscape(p.value))
-	}
-	b.WriteString(c.DSN[frag:])
-	return b.String()
-}
-
-// gateParam is one gate_ key and its decoded value.
-type gateParam struct{ key, value string }
-
-type dsnForm int
-
-const (
-	formPlain dsnForm = iota // neither form: no gate_ keys possible
-	formQuery
-	formKV
-)
-
-// dsnFormOf tells which form dsn is in. A leading "keyword=" wins over '?' and "://" because
-// libpq and pgx read such a DSN as keyword/value whatever its values contain (a password may
-// hold a '?'), while no URL and no mysql DSN starts with "word=".
-func dsnFormOf(dsn string) dsnForm {
-	switch {
-	case startsWithKeyword(dsn):
-		return formKV
-	case strings.Contains(dsn, "://") || strings.IndexByte(dsn, '?') >= 0:
-		return formQuery
-	case strings.IndexByte(dsn, '=') >= 0:
-		return formKV
-	}
-	return formPlain
-}
-
-// startsWithKeyword reports whether s starts with an identifier and '=', spaces allowed.
-func startsWithKeyword(s string) bool {
-	i := skipSpace(s, 0)
-	start := i
-	for i < len(s) && (s[i] == '_' || 'a' <= s[i] && s[i] <= 'z' || 'A' <= s[i] && s[i] <= 'Z' ||
-		i > start && '0' <= s[i] && s[i] <= '9') {
-		i++
-	}
-	if i == start {
-		return false
-	}
-	i = skipSpace(s, i)
-	return i < len(s) && s[i] == '='
-}
-
-// splitParams returns dsn without the keys for which ours reports true (isGateKey: gated's
-// own), and those keys in the order given.
-func splitParams(dsn string, ours func(key string) bool) (inner string, params []gateParam, err error) {
-	switch dsnFormOf(dsn) {
-	case formKV:
-		return splitKV(dsn, ours)
-	case formQuery:
-		return splitQuery(dsn, ours)
-	}
-	return dsn, nil, nil
-}
-
-// queryBounds returns the index of the '?' that starts dsn's query (-1 if none) and the index
-// of the '#' that starts its fragment (len(dsn) if none). Without a query, frag is where one
-// would be inserted.
-func queryBounds(dsn string) (q, frag int) {
-	start := 0
-	if i := strings.Index(dsn, "://"); i >= 0 {
-		start = i + len("://")
-		if j := strings.IndexAny(dsn[start:], "/?#"); j >= 0 {
-			start += j
-		} else {
-			start = len(dsn)
-		}
-	} else if i := strings.LastIndexByte(dsn, '@'); i >= 0 {
-		// user:password@...: a password may contain '?' and '#'.
-		start = i + 1
-	}
-	j := strings.IndexAny(dsn[start:], "?#")
-	if j < 0 {
-		return -1, len(dsn)
-	}
-	j += start
-	if dsn[j] == '#' {
-		return -1, j
-	}
-	if k := strings.IndexByte(dsn[j+1:], '#'); k >= 0 {
-		return j, j + 1 + k
-	}
-	return j, len(dsn)
-}
-
-// splitQuery is splitParams for the query form. The other parameters stay exactly as
-// written, percent-encoding included, because each inner driver decodes its DSN its own way.
-func splitQuery(dsn string, ours func(string) bool) (string, []gateParam, error) {
-	q, frag := queryBounds(dsn)
-	if q < 0 {
-		return dsn, nil, nil
-	}
-	var params []gateParam
-	var kept []string
-	for part := range strings.SplitSeq(dsn[q+1:frag], "&") {
-		rawKey, rawValue, _ := strings.Cut(part, "=")
-		key, err := url.QueryUnescape(rawKey)
-		if err != nil {
-			if ours(rawKey) {
-				return "", nil, &DSNError{Key: rawKey, Err: fmt.Errorf("bad percent-encoding in key: %w", err)}
-			}
-			kept = append(kept, part) // not ours to judge
-			continue
-		}
-		if !ours(key) {
-			kept = append(kept, part)
-			continue
-		}
-		value, err := url.QueryUnescape(rawValue)
-		if err != nil {
-			return "", nil, &DSNError{Key: key, Err: fmt.Errorf("bad percent-encoding in value: %w", err)}
-		}
-		params = append(params, gateParam{key, value})
-	}
-	if len(params) == 0 {
-		return dsn, nil, nil
-	}
-	var b strings.Builder
-	b.Grow(len(dsn))
-	b.WriteString(dsn[:q])
-	if len(kept) > 0 {
-		b.WriteByte('?')
-		b.WriteString(strings.Join(kept, "&"))
-	}
-	b.WriteString(dsn[frag:])
-	return b.String(), params, nil
-}
-
-// A kvToken is one pair of a keyword/value DSN as libpq's tokenizer reads it: a key runs to
-// whitespace or '='; whitespace may surround '='; a value is either quoted, ending at the first
-// single quote not escaped by a backslash, or bare, ending at whitespace; in both a backslash
-// escapes the next byte (unescapeKV). An empty value takes the next word, as in libpq.
-type kvToken struct {
-	key        string
-	start      int    // where the key begins
-	valueStart int    // where the value begins, its opening quote included
-	end        int    // just past the value, its closing quote included
-	raw        string // the value as written, without its quotes, still escaped
-	// problem is nil, errMissingValue (a word without '='; the value is empty),
-	// errUnterminated (a quote that never closes; raw runs to the end of the DSN) or
-	// errBackslashEnd (a bare value whose last byte is a lone backslash; raw runs to the end).
-	problem error
-}
-
-// kvTokens yields the pairs of a keyword/value DSN, in order. Its callers decide what a problem
-// means: ParseDSN refuses it in a gate_ pair, the redactor reads on.
-func kvTokens(dsn string) iter.Seq[kvToken] {
-	return func(yield func(kvToken) bool) {
-		n := len(dsn)
-		for i := skipSpace(dsn, 0); i < n; i = skipSpace(dsn, i) {
-			t := kvToken{start: i}
-			for i < n && !isKVSpace(dsn[i]) && dsn[i] != '=' {
-				i++
-			}
-			t.key = dsn[t.start:i]
-			eq := skipSpace(dsn, i)
-			if eq == n || dsn[eq] != '=' {
-				t.valueStart, t.end, t.problem = i, i, errMissingValue
-				if !yield(t) {
-					return
-				}
-				continue
-			}
-			i = skipSpace(dsn, eq+1)
-			t.valueStart = i
-			if i < n && dsn[i] == '\'' {
-				i++
-				vstart := i
-				for i < n && dsn[i] != '\'' {
-					if dsn[i] == '\\' {
-						i++
-					}
-					i++
-				}
-				if i >= n {
-					i, t.problem = n, errUnterminated
-					t.raw = dsn[vstart:]
-				} else {
-					t.raw = dsn[vstart:i]
-					i++
-				}
-			} else {
-				vstart := i
-				for i < n && !isKVSpace(dsn[i]) {
-					if dsn[i] == '\\' {
-						i++
-					}
-					i++
-				}
-				if i > n {
-					i, t.problem = n, errBackslashEnd
-				}
-				t.raw = dsn[vstart:i]
-			}
-			t.end = i
-			if !yield(t) {
-				return
-			}
-		}
-	}
-}
-
-// splitKV is splitParams for the keyword/value form (kvTokens). A word without '=' is left for
-// the inner driver to reject unless it is a gate_ key. Each gate_ pair is cut out with one
-// adjacent whitespace byte.
-func splitKV(dsn string, ours func(string) bool) (string, []gateParam, error) {
-	var params []gateParam
-	var cuts [][2]int
-	n := len(dsn)
-	for t := range kvTokens(dsn) {
-		gate := ours(t.key)
-		switch {
-		case t.problem != nil && gate:
-			return "", nil, &DSNError{Key: t.key, Err: t.problem}
-		case t.problem == errUnterminated:
-			// Naming the key could quote a password: in "password=se cret='x" the key would
-			// be "cret".
-			return "", nil, &DSNError{Err: errors.New("unterminated quoted value in keyword/value DSN")}
-		case gate:
-			params = append(params, gateParam{t.key, unescapeKV(t.raw)})
-			cuts = append(cuts, [2]int{t.start, t.end})
-		}
-	}
-	if len(params) == 0 {
-		return dsn, nil, nil
-	}
-	var b strings.Builder
-	b.Grow(len(dsn))
-	prev := 0
-	for _, cut := range cuts {
-		s, e := cut[0], cut[1]
-		// One separating byte goes with the pair, so FormatDSN's "gate_x=1 " + inner reads back
-		// exactly: the one before it unless an earlier cut took that, else the one after.
-		switch {
-		case e < n && !isKVSpace(dsn[e]):
-			// A quoted value ended the pair and the next pair starts right after it: the
-			// space before must stay, or "a=0 gate_x='1'=b" would become "a=0=b".
-		case s > prev && isKVSpace(dsn[s-1]):
-			s--
-		case e < n:
-			e++
-		}
-		b.WriteString(dsn[prev:s])
-		prev = e
-	}
-	b.WriteString(dsn[prev:])
-	return b.String(), params, nil
-}
-
-// unescapeKV drops every escaping backslash, as libpq and pgx read a keyword/value value: a
-// backslash takes the next byte literally.
-func unescapeKV(s string) string {
-	if strings.IndexByte(s, '\\') < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' {
-			i++
-			if i == len(s) {
-				break
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// writeKVValue writes v so that splitKV reads it back unchanged.
-func writeKVValue(b *strings.Builder, v string) {
-	if v != "" && !strings.ContainsAny(v, " \t\n\v\f\r'\\") {
-		b.WriteString(v)
-		return
-	}
-	b.WriteByte('\'')
-	for i := 0; i < len(v); i++ {
-		if v[i] == '\\' || v[i] == '\'' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(v[i])
-	}
-	b.WriteByte('\'')
+	return dsn.Join(c.DSN, params)
 }
 
 // isGateKey reports whether key belongs to gated. The prefix is matched in any case, so that a
 // misspelt GATE_CONCURRENT is refused instead of being forwarded to the server as a setting.
-func isGateKey(key string) bool {
-	return len(key) >= len(gatePrefix) && strings.EqualFold(key[:len(gatePrefix)], gatePrefix)
-}
+var isGateKey = dsn.Prefixed(gatePrefix)
 
-func isKVSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
-}
-
-func skipSpace(s string, i int) int {
-	for i < len(s) && isKVSpace(s[i]) {
-		i++
+// splitGateKeys returns s without its gate_ keys, and those keys in the order given; its error is
+// a *DSNError.
+func splitGateKeys(s string) (inner string, params []dsn.Param, err error) {
+	inner, params, err = dsn.Split(s, isGateKey)
+	var de *dsn.Error
+	if errors.As(err, &de) {
+		err = &DSNError{Key: de.Key, Err: de.Err}
 	}
-	return i
+	return inner, params, err
 }
 
-// shownValue quotes a gate_ value for an error message, unless it may hold another key's value: in
-// keyword/value form "gate_queue= password=secret" gives gate_queue the value "password=secret",
-// as libpq reads it, and an error must not repeat that.
-func shownValue(v string) string {
-	if strings.ContainsAny(v, "= \t\n\r\\'") {
-		return "(not shown: it contains '=', a quote, a backslash or a space; is a value missing?)"
-	}
-	return strconv.Quote(v)
-}
+// shownValue quotes a gate_ value for an error message, unless it may hold another key's value
+// (see dsn.ShownValue).
+func shownValue(v string) string { return dsn.ShownValue(v) }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatedsql/gated/internal/dsn"
 	"github.com/gatedsql/gated/internal/fleet"
 )
 
@@ -341,10 +342,10 @@ func sameGate(a, b *Config) error {
 // pool_ key with a driver that would send it to the server as a setting: either fails only at
 // the first connection ("unrecognized configuration parameter"), far from the mistake. A DSN the
 // inner driver cannot read is left for that driver to report.
-func checkInnerDSN(driver, dsn string) error {
-	_, params, err := splitParams(dsn, isGateKey)
+func checkInnerDSN(driver, inner string) error {
+	_, params, err := splitGateKeys(inner)
 	if len(params) > 0 {
-		return &DSNError{Key: params[0].key, Err: errInnerGateKey}
+		return &DSNError{Key: params[0].Key, Err: errInnerGateKey}
 	}
 	var de *DSNError
 	if errors.As(err, &de) && de.Key != "" {
@@ -355,8 +356,8 @@ func checkInnerDSN(driver, dsn string) error {
 	default:
 		return nil // the driver may have pool_ settings of its own
 	}
-	if _, params, _ := splitParams(dsn, isPoolKey); len(params) > 0 {
-		return &DSNError{Key: params[0].key, Err: poolKeyAdvice(params[0].key)}
+	if _, params, _ := dsn.Split(inner, isPoolKey); len(params) > 0 {
+		return &DSNError{Key: params[0].Key, Err: poolKeyAdvice(params[0].Key)}
 	}
 	return nil
 }
@@ -364,9 +365,7 @@ func checkInnerDSN(driver, dsn string) error {
 var errInnerGateKey = errors.New("would stay in the inner driver's DSN (Config.DSN); ParseDSN moves gate_ keys into the Config fields")
 
 // isPoolKey reports whether key is a pool setting of another pool (pgxpool's pool_ keys).
-func isPoolKey(key string) bool {
-	return len(key) >= len("pool_") && strings.EqualFold(key[:len("pool_")], "pool_")
-}
+var isPoolKey = dsn.Prefixed("pool_")
 
 // poolKeyAdvice says which gate_ key does what a pgxpool pool_ key does, or that none does.
 func poolKeyAdvice(key string) error {
