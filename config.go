@@ -3,7 +3,6 @@ package gated
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -214,65 +213,18 @@ func (c *Config) Clone() *Config {
 	return &cp
 }
 
-// fillDefaults gives the zero fields of c the defaults of their DSN keys, in the order the
-// defaults depend on each other: gate_max_conns not given grows to the B asked for; B follows P
-// less the workloads' B; Q follows the final B; a workload's Q follows its B and its wait
-// gate_queue_wait. It also writes the "none" spellings that have a zero of their own ("fifo",
-// "none", None timeouts) as that zero, so that equal gates have equal Configs. It validates
-// nothing: normalize does.
+// fillDefaults gives the zero fields of c the defaults of their DSN keys, row by row of dsnKeys
+// (each row's fill), in the order the defaults depend on each other: gate_max_conns not given
+// grows to the B asked for; B follows P less the workloads' B; Q follows the final B; a
+// workload's Q follows its B and its wait gate_queue_wait. It also writes the "none" spellings
+// that have a zero of their own ("fifo", "none", None timeouts) as that zero, so that equal gates
+// have equal Configs. It validates nothing: normalize does.
 func (c *Config) fillDefaults() {
-	wB := 0
-	for _, w := range c.Workloads {
-		wB += w.Concurrent
-	}
-	if c.Driver == "" {
-		c.Driver = defaultDriver
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = max(defaultMaxConns, c.Concurrent+wB)
-	}
-	if c.Concurrent == 0 {
-		c.Concurrent = c.MaxConns - wB
-	}
-	if c.Queue == 0 {
-		c.Queue = c.Concurrent
-	}
-	if c.ConcurrentMin == 1 {
-		c.ConcurrentMin = 0 // the default, spelt as its zero so that equal gates have equal Configs
-	}
-	if c.QueueWait == 0 {
-		c.QueueWait = defaultQueueWait
-	}
-	if c.MaxConnLifetime == 0 {
-		c.MaxConnLifetime = defaultMaxConnLifetime
-	}
-	if c.MaxConnIdleTime == 0 {
-		c.MaxConnIdleTime = defaultMaxConnIdleTime
-	}
-	// MaxConnLifetimeJitter stays zero: its default follows MaxConnLifetime (lifetimeJitter).
-	for i := range c.Workloads {
-		w := &c.Workloads[i]
-		if w.Queue == 0 {
-			w.Queue = w.Concurrent
-		}
-		if w.QueueWait == 0 {
-			w.QueueWait = c.QueueWait
+	for i := range dsnKeys {
+		if fill := dsnKeys[i].fill; fill != nil {
+			fill(c)
 		}
 	}
-	if c.StatementTimeout == None {
-		c.StatementTimeout = 0
-	}
-	if c.LockTimeout == None {
-		c.LockTimeout = 0
-	}
-	if c.QueueOrder == QueueFIFO {
-		c.QueueOrder = ""
-	}
-	if c.Pooler == "none" {
-		c.Pooler = ""
-	}
-	// FleetTable, FleetTTL and FleetRefresh stay zero for their defaults, like the jitter: a
-	// Config that does not ask for a fleet reads the same as before (fleetTable and its siblings).
 }
 
 // fleetTable, fleetTTL and fleetRefresh return the fleet's settings of c, defaults filled in.
@@ -298,125 +250,35 @@ func (c *Config) fleetRefresh() time.Duration {
 }
 
 // normalize fills in the defaults of c's zero fields (fillDefaults) and validates every field,
-// naming the DSN key of a bad one in a *DSNError. On error c is unchanged, so a caller may report
-// the fields as they were given. Normalizing a normalized Config changes nothing.
+// naming the DSN key of a bad one in a *DSNError: each key's value as given (checkGiven), then
+// the rules between keys once the defaults are filled in (checkRules). On error c is unchanged,
+// so a caller may report the fields as they were given. Normalizing a normalized Config changes
+// nothing.
 func (c *Config) normalize() error {
 	if err := c.checkGiven(); err != nil {
 		return err
 	}
 	n := c.Clone()
 	n.fillDefaults()
-	if err := n.check(); err != nil {
+	if err := n.checkRules(); err != nil {
 		return err
 	}
 	*c = *n
 	return nil
 }
 
-// checkGiven validates the fields as given, before their defaults are filled in: signs, the
-// values of the string fields, the workloads.
+// checkGiven validates each key's field as given, before its default is filled in (each row's
+// check): signs, the values of the string fields, the workloads.
 func (c *Config) checkGiven() error {
-	if _, err := checkWorkloads(c.Workloads); err != nil {
-		return err
-	}
-	if c.Driver == DriverName {
-		return &DSNError{Key: keyDriver, Err: errSelfDriver}
-	}
-	if c.MaxConns < 0 {
-		return &DSNError{Key: keyMaxConns, Err: fmt.Errorf("%d is negative", c.MaxConns)}
-	}
-	if c.Concurrent < 0 {
-		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is negative", c.Concurrent)}
-	}
-	if c.ConcurrentMin < 0 {
-		return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is negative", c.ConcurrentMin)}
-	}
-	if c.Queue < 0 && c.Queue != None {
-		return &DSNError{Key: keyQueue, Err: fmt.Errorf("%d is negative (0 is the default, gated.None no queue)", c.Queue)}
-	}
-	for _, d := range [...]struct {
-		key, none string
-		d         time.Duration
-	}{
-		{keyQueueWait, "no wait", c.QueueWait}, {keyMaxConnLifetime, "no limit", c.MaxConnLifetime},
-		{keyMaxConnLifetimeJitter, "no jitter", c.MaxConnLifetimeJitter}, {keyMaxConnIdleTime, "no limit", c.MaxConnIdleTime},
-		{keyStmtTimeout, "off", c.StatementTimeout}, {keyLockTimeout, "off", c.LockTimeout},
-	} {
-		if d.d < 0 && d.d != None {
-			return &DSNError{Key: d.key, Err: fmt.Errorf("%v is negative (gated.None is %s)", d.d, d.none)}
+	for _, k := range dsnKeys {
+		if k.check == nil {
+			continue
 		}
-	}
-	switch c.QueueOrder {
-	case "", QueueFIFO, QueueAdaptive:
-	default:
-		return &DSNError{Key: keyQueueOrder, Err: fmt.Errorf("invalid value %s: want %q or %q", shownValue(c.QueueOrder), QueueFIFO, QueueAdaptive)}
-	}
-	switch c.Pooler {
-	case "", "none", PoolerTransaction:
-	default:
-		return &DSNError{Key: keyPooler, Err: fmt.Errorf("invalid value %s: want \"none\" or %q", shownValue(c.Pooler), PoolerTransaction)}
+		if err := k.check(c); err != nil {
+			return &DSNError{Key: k.name, Err: err}
+		}
 	}
 	return nil
-}
-
-// check validates what depends on more than one field, once the defaults are filled in.
-func (c *Config) check() error {
-	wB := 0
-	for _, w := range c.Workloads {
-		wB += w.Concurrent
-	}
-	switch {
-	case c.Concurrent <= 0:
-		// Only a default can get here: the workloads took every permit of MaxConns.
-		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the workloads' B add up to %d, leaving no execution permit of gate_max_conns (%d) for the default workload", wB, c.MaxConns)}
-	case wB > 0 && c.Concurrent+wB > c.MaxConns:
-		// Σ B > P would make operations wait for a physical connection, the wait the gates
-		// exist to replace.
-		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the B of all workloads add up to %d (%s), more than gate_max_conns (%d)", c.Concurrent+wB, sumOfB(c.Concurrent, c.Workloads), c.MaxConns)}
-	case c.Concurrent > c.MaxConns:
-		// B > P would make operations wait for a physical connection, the wait the gate exists
-		// to replace.
-		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is more than gate_max_conns (%d)", c.Concurrent, c.MaxConns)}
-	}
-	if c.ConcurrentAuto && c.Concurrent != c.MaxConns-wB {
-		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("auto takes gate_max_conns less the workloads' B (%d) as its ceiling, not %d", c.MaxConns-wB, c.Concurrent)}
-	}
-	if c.ConcurrentAuto && max(c.ConcurrentMin, 1) > c.Concurrent {
-		return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the default gate's ceiling (%d)", c.ConcurrentMin, c.Concurrent)}
-	}
-	for _, w := range c.Workloads {
-		if w.Auto && max(c.ConcurrentMin, 1) > w.Concurrent {
-			return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the B of workload %s (%d)", c.ConcurrentMin, shownValue(w.Name), w.Concurrent)}
-		}
-	}
-	if c.MaxConnLifetimeJitter > 0 && c.MaxConnLifetime == None {
-		return &DSNError{Key: keyMaxConnLifetimeJitter, Err: errors.New("spreads gate_max_conn_lifetime, which is 0 (no limit)")}
-	}
-	postgres := c.Driver == "pgx" || c.Driver == "postgres"
-	if (c.StatementTimeout > 0 || c.StatementDeadline || c.LockTimeout > 0) && !postgres {
-		key := keyLockTimeout
-		if c.StatementTimeout > 0 || c.StatementDeadline {
-			key = keyStmtTimeout
-		}
-		return &DSNError{Key: key, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
-	}
-	switch {
-	case c.Pooler != "" && !postgres:
-		return &DSNError{Key: keyPooler, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
-	case c.Pooler != "" && (c.LockTimeout > 0 || c.StatementTimeout > 0):
-		key := keyLockTimeout
-		if c.StatementTimeout > 0 {
-			key = keyStmtTimeout
-		}
-		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
-	}
-	if err := c.checkFleet(postgres); err != nil {
-		return err
-	}
-	if (c.PgxBeforeConnect != nil || c.PgxAfterConnect != nil) && c.Driver != "pgx" {
-		return &DSNError{Key: keyDriver, Err: fmt.Errorf("Config.PgxBeforeConnect and PgxAfterConnect need gate_driver pgx, not %s", shownValue(c.Driver))}
-	}
-	return checkInnerDSN(c.Driver, c.DSN)
 }
 
 // lifetimeJitter returns the jitter of a normalized c, as the pool takes it: 0 for none.
@@ -432,28 +294,3 @@ func (c *Config) lifetimeJitter() time.Duration {
 
 // orZero turns the None of a normalized field into the zero that gates and pools read as none.
 func orZero[T ~int | ~int64](v T) T { return max(v, 0) }
-
-// checkFleet validates the fleet's fields once the defaults are filled in. That gate_fleet=on
-// needs a gate_name is checked by NewConnector, so that ParseDSN reads each key on its own.
-func (c *Config) checkFleet(postgres bool) error {
-	switch ttl, refresh := c.fleetTTL(), c.fleetRefresh(); {
-	case !fleet.ValidTable(c.fleetTable()):
-		return &DSNError{Key: keyFleetTable, Err: fmt.Errorf("invalid value %s: want a lowercase identifier, optionally schema-qualified, of at most 54 bytes", shownValue(c.FleetTable))}
-	case ttl < 0:
-		return &DSNError{Key: keyFleetTTL, Err: fmt.Errorf("%v is negative", ttl)}
-	case refresh < 0:
-		return &DSNError{Key: keyFleetRefresh, Err: fmt.Errorf("%v is negative", refresh)}
-	case 3*refresh > ttl:
-		// A member fences itself two thirds of a TTL after its last refresh: at a third, one
-		// refresh may fail without that.
-		return &DSNError{Key: keyFleetRefresh, Err: fmt.Errorf("%v is more than a third of gate_fleet_ttl (%v)", refresh, ttl)}
-	case c.Fleet && !postgres:
-		return &DSNError{Key: keyFleet, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
-	case c.Fleet && c.Pooler != "":
-		return &DSNError{Key: keyFleet, Err: errors.New("cannot hold a lease through a transaction pooler, which ends the session's advisory lock with each transaction: point gate_fleet at the server, or size the pooler's pool instead (docs/fleet.md)")}
-	}
-	return nil
-}
-
-// errFleetName is the error of gate_fleet=on without a gate_name.
-var errFleetName = &DSNError{Key: keyFleet, Err: errors.New("needs a gate_name: the fleet is every instance of that name on the database")}

@@ -2,10 +2,7 @@ package gated
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -139,50 +136,6 @@ func roundUpMs(ms int64) int64 {
 		}
 	}
 	return 100 * scale
-}
-
-// parseTimeout reads gate_lock_timeout: "off", 0 or a duration.
-func parseTimeout(value string) (time.Duration, error) {
-	if value == "off" {
-		return 0, nil
-	}
-	d, err := parseDuration(value)
-	if err != nil {
-		return 0, fmt.Errorf("invalid value %s: want \"off\" or a Go duration such as 250ms", shownValue(value))
-	}
-	return d, nil
-}
-
-// parseStatementTimeout reads gate_statement_timeout: "off", 0, a duration, "deadline" or
-// "deadline:<dur>".
-func parseStatementTimeout(value string) (time.Duration, bool, error) {
-	rest, deadline := strings.CutPrefix(value, "deadline")
-	if !deadline {
-		d, err := parseTimeout(value)
-		if err != nil {
-			return 0, false, errors.New(strings.Replace(err.Error(), `"off" or`, `"off", "deadline", "deadline:<duration>" or`, 1))
-		}
-		return d, false, nil
-	}
-	if rest == "" {
-		return 0, true, nil
-	}
-	d, err := parseDuration(strings.TrimPrefix(rest, ":"))
-	if err != nil || rest[0] != ':' || d == 0 {
-		return 0, false, fmt.Errorf("invalid value %s: want \"deadline:\" and a Go duration > 0 such as 2s", shownValue(value))
-	}
-	return d, true, nil
-}
-
-// formatStatementTimeout writes what parseStatementTimeout reads back.
-func formatStatementTimeout(d time.Duration, deadline bool) string {
-	switch {
-	case !deadline:
-		return d.String()
-	case d == 0:
-		return "deadline"
-	}
-	return "deadline:" + d.String()
 }
 
 // noteSessionChange forgets what gated knows of pc's session statement_timeout when query may
