@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gatedsql/gated/internal/dsn"
 	"github.com/gatedsql/gated/internal/fleet"
 )
 
@@ -496,56 +495,4 @@ func sameGate(a, b *Config) error {
 		}
 	}
 	return nil
-}
-
-// checkInnerDSN refuses a DSN left for the inner driver that still holds a gate_ key, or a
-// pool_ key with a driver that would send it to the server as a setting: either fails only at
-// the first connection ("unrecognized configuration parameter"), far from the mistake. A DSN the
-// inner driver cannot read is left for that driver to report.
-func checkInnerDSN(driver, inner string) error {
-	_, params, err := splitGateKeys(inner)
-	if len(params) > 0 {
-		return &DSNError{Key: params[0].Key, Err: errInnerGateKey}
-	}
-	var de *DSNError
-	if errors.As(err, &de) && de.Key != "" {
-		return &DSNError{Key: de.Key, Err: errInnerGateKey}
-	}
-	switch driver {
-	case "pgx", "postgres", "mysql":
-	default:
-		return nil // the driver may have pool_ settings of its own
-	}
-	if _, params, _ := dsn.Split(inner, isPoolKey); len(params) > 0 {
-		return &DSNError{Key: params[0].Key, Err: poolKeyAdvice(params[0].Key)}
-	}
-	return nil
-}
-
-var errInnerGateKey = errors.New("would stay in the inner driver's DSN (Config.DSN); ParseDSN moves gate_ keys into the Config fields")
-
-// isPoolKey reports whether key is a pool setting of another pool (pgxpool's pool_ keys).
-var isPoolKey = dsn.Prefixed("pool_")
-
-// poolKeyAdvice says which gate_ key does what a pgxpool pool_ key does, or that none does.
-func poolKeyAdvice(key string) error {
-	const prefix = "is a pgxpool setting, which gated's inner driver would send to the server: "
-	var advice string
-	switch strings.ToLower(key) {
-	case "pool_max_conns":
-		advice = "use gate_max_conns (physical connections) and gate_concurrent (operations running at once)"
-	case "pool_max_conn_lifetime":
-		advice = "use gate_max_conn_lifetime"
-	case "pool_max_conn_lifetime_jitter":
-		advice = "use gate_max_conn_lifetime_jitter"
-	case "pool_max_conn_idle_time":
-		advice = "use gate_max_conn_idle_time"
-	case "pool_min_conns", "pool_min_idle_conns":
-		advice = "gated has no minimum: it opens physical connections when operations need them"
-	case "pool_health_check_period", "pool_ping_timeout":
-		advice = "gated has no periodic check: it checks an idle connection's socket before its next use and replaces a dead one"
-	default:
-		advice = "gated has no pool_ keys; its settings are the gate_ keys (" + keyNames() + ")"
-	}
-	return errors.New(prefix + advice)
 }
