@@ -24,10 +24,10 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // The reasons of an Error, for the pair of a key that Split takes out.
 var (
-	ErrMissingValue = errors.New(`missing "=" and value`)
-	ErrUnterminated = errors.New("unterminated quoted value")
-	ErrBackslashEnd = errors.New("value ends with a lone backslash")
-	ErrStrandedForm = errors.New("cannot be taken out: what is left for the inner driver would be a keyword/value DSN that cannot be read")
+	errMissingValue = errors.New(`missing "=" and value`)
+	errUnterminated = errors.New("unterminated quoted value")
+	errBackslashEnd = errors.New("value ends with a lone backslash")
+	errStrandedForm = errors.New("cannot be taken out: what is left for the inner driver would be a keyword/value DSN that cannot be read")
 )
 
 // ShownValue quotes a value for an error message, unless it may hold another key's value: in

@@ -14,7 +14,7 @@ func Join(dsn string, params []Param) string {
 		return dsn
 	}
 	var b strings.Builder
-	if dsn == "" || FormOf(dsn) == FormKV {
+	if dsn == "" || formOf(dsn) == formKV {
 		// In front, not behind: a trailing "password=" would take the next word as its value.
 		for _, p := range params {
 			b.WriteString(p.Key)

@@ -104,9 +104,9 @@ func pieceAt(s string, i int) uint32 {
 // spelling shorter than a piece, are returned. The result is linear in the length of dsn.
 func secretsOf(dsn string) []string {
 	var raw []string
-	if FormOf(dsn) == FormKV {
+	if formOf(dsn) == formKV {
 		for t := range kvTokens(dsn) {
-			if isPasswordKey(t.key) && t.problem != ErrMissingValue {
+			if isPasswordKey(t.key) && t.problem != errMissingValue {
 				raw = append(raw, unescapeKV(t.raw), dsn[t.valueStart:t.end], strings.Trim(dsn[t.valueStart:t.end], "'"))
 			}
 		}
@@ -230,14 +230,14 @@ var kvEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
 func RedactDSN(dsn string) string {
 	type span struct{ start, end int }
 	var spans []span
-	switch FormOf(dsn) {
-	case FormKV:
+	switch formOf(dsn) {
+	case formKV:
 		for t := range kvTokens(dsn) {
-			if isPasswordKey(t.key) && t.problem != ErrMissingValue {
+			if isPasswordKey(t.key) && t.problem != errMissingValue {
 				spans = append(spans, span{t.valueStart, t.end})
 			}
 		}
-	case FormQuery:
+	case formQuery:
 		start := 0
 		if i := strings.Index(dsn, "://"); i >= 0 {
 			start = i + 3

@@ -11,31 +11,31 @@ import (
 // A Param is one key taken out of a DSN, with its value decoded.
 type Param struct{ Key, Value string }
 
-// Form is the form of a DSN.
-type Form int
+// form is the form of a DSN.
+type form int
 
 // The forms of a DSN.
 const (
-	FormPlain Form = iota // neither form: no key can be taken out (":memory:", "")
-	FormQuery             // query parameters: URLs, mysql DSNs, "file:x.db?mode=ro"
-	FormKV                // libpq's keyword/value pairs
+	formPlain form = iota // neither form: no key can be taken out (":memory:", "")
+	formQuery             // query parameters: URLs, mysql DSNs, "file:x.db?mode=ro"
+	formKV                // libpq's keyword/value pairs
 )
 
-// FormOf tells which form dsn is in: keyword/value for a dsn that starts with "keyword=", or
+// formOf tells which form dsn is in: keyword/value for a dsn that starts with "keyword=", or
 // otherwise contains '=' but neither "://" nor '?'; query for any other dsn with "://" or '?'. A
 // leading "keyword=" wins over '?' and "://" because libpq and pgx read such a DSN as
 // keyword/value whatever its values contain (a password may hold a '?'), while no URL and no
 // mysql DSN starts with "word=".
-func FormOf(dsn string) Form {
+func formOf(dsn string) form {
 	switch {
 	case startsWithKeyword(dsn):
-		return FormKV
+		return formKV
 	case strings.Contains(dsn, "://") || strings.IndexByte(dsn, '?') >= 0:
-		return FormQuery
+		return formQuery
 	case strings.IndexByte(dsn, '=') >= 0:
-		return FormKV
+		return formKV
 	}
-	return FormPlain
+	return formPlain
 }
 
 // startsWithKeyword reports whether s starts with an identifier and '=', spaces allowed.
@@ -80,19 +80,19 @@ func Prefixed(prefix string) func(key string) bool {
 // not one: naming the key could quote a password.
 func Split(dsn string, ours func(key string) bool) (inner string, params []Param, err error) {
 	inner, params, err = split(dsn, ours)
-	if err == nil && len(params) > 0 && FormOf(inner) == FormKV && FormOf(dsn) != FormKV {
+	if err == nil && len(params) > 0 && formOf(inner) == formKV && formOf(dsn) != formKV {
 		if _, _, err := split(inner, ours); err != nil {
-			return "", nil, &Error{Key: params[0].Key, Err: ErrStrandedForm}
+			return "", nil, &Error{Key: params[0].Key, Err: errStrandedForm}
 		}
 	}
 	return inner, params, err
 }
 
 func split(dsn string, ours func(key string) bool) (string, []Param, error) {
-	switch FormOf(dsn) {
-	case FormKV:
+	switch formOf(dsn) {
+	case formKV:
 		return splitKV(dsn, ours)
-	case FormQuery:
+	case formQuery:
 		return splitQuery(dsn, ours)
 	}
 	return dsn, nil, nil
@@ -181,9 +181,9 @@ type kvToken struct {
 	valueStart int    // where the value begins, its opening quote included
 	end        int    // just past the value, its closing quote included
 	raw        string // the value as written, without its quotes, still escaped
-	// problem is nil, ErrMissingValue (a word without '='; the value is empty),
-	// ErrUnterminated (a quote that never closes; raw runs to the end of the DSN) or
-	// ErrBackslashEnd (a bare value whose last byte is a lone backslash; raw runs to the end).
+	// problem is nil, errMissingValue (a word without '='; the value is empty),
+	// errUnterminated (a quote that never closes; raw runs to the end of the DSN) or
+	// errBackslashEnd (a bare value whose last byte is a lone backslash; raw runs to the end).
 	problem error
 }
 
@@ -200,7 +200,7 @@ func kvTokens(dsn string) iter.Seq[kvToken] {
 			t.key = dsn[t.start:i]
 			eq := skipSpace(dsn, i)
 			if eq == n || dsn[eq] != '=' {
-				t.valueStart, t.end, t.problem = i, i, ErrMissingValue
+				t.valueStart, t.end, t.problem = i, i, errMissingValue
 				if !yield(t) {
 					return
 				}
@@ -218,7 +218,7 @@ func kvTokens(dsn string) iter.Seq[kvToken] {
 					i++
 				}
 				if i >= n {
-					i, t.problem = n, ErrUnterminated
+					i, t.problem = n, errUnterminated
 					t.raw = dsn[vstart:]
 				} else {
 					t.raw = dsn[vstart:i]
@@ -233,7 +233,7 @@ func kvTokens(dsn string) iter.Seq[kvToken] {
 					i++
 				}
 				if i > n {
-					i, t.problem = n, ErrBackslashEnd
+					i, t.problem = n, errBackslashEnd
 				}
 				t.raw = dsn[vstart:i]
 			}
@@ -257,7 +257,7 @@ func splitKV(dsn string, ours func(string) bool) (string, []Param, error) {
 		switch {
 		case t.problem != nil && mine:
 			return "", nil, &Error{Key: t.key, Err: t.problem}
-		case t.problem == ErrUnterminated:
+		case t.problem == errUnterminated:
 			// Naming the key could quote a password: in "password=se cret='x" the key would
 			// be "cret".
 			return "", nil, &Error{Err: errors.New("unterminated quoted value in keyword/value DSN")}

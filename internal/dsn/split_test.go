@@ -73,13 +73,13 @@ func TestSplitErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 		name, in, key string // key "": the DSN as a whole
 		err           error  // nil: any
 	}{
-		{"unterminated quote in an inner pair", "password='" + testPassword + " gate_queue=2", "", ErrUnterminated},
-		{"unterminated quote in a gate pair", "password=" + testPassword + " gate_driver='pgx", "gate_driver", ErrUnterminated},
-		{"gate key without value", "password=" + testPassword + " gate_queue", "gate_queue", ErrMissingValue},
-		{"gate value ending in backslash", "password=" + testPassword + ` gate_driver=x\`, "gate_driver", ErrBackslashEnd},
+		{"unterminated quote in an inner pair", "password='" + testPassword + " gate_queue=2", "", errUnterminated},
+		{"unterminated quote in a gate pair", "password=" + testPassword + " gate_driver='pgx", "gate_driver", errUnterminated},
+		{"gate key without value", "password=" + testPassword + " gate_queue", "gate_queue", errMissingValue},
+		{"gate value ending in backslash", "password=" + testPassword + ` gate_driver=x\`, "gate_driver", errBackslashEnd},
 		{"bad percent-escape in value", "postgres://app:" + testPassword + "@db/shop?gate_driver=pg%zz", "gate_driver", nil},
 		{"bad percent-escape in key", "postgres://app:" + testPassword + "@db/shop?gate_%zz=1", "gate_%zz", nil},
-		{"what is left would not read", "0='" + testPassword + "?gate_queue=0", "gate_queue", ErrStrandedForm},
+		{"what is left would not read", "0='" + testPassword + "?gate_queue=0", "gate_queue", errStrandedForm},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			inner, params, err := Split(tt.in, gate)
