@@ -234,6 +234,26 @@ func TestDSNKeysTable(t *testing.T) {
 	}
 }
 
+// The rows of dsnKeys marked postgres are the keys that need a PostgreSQL driver: with
+// gate_driver=mysql each of them is refused by name when given a value other than its default,
+// and every other key is not.
+func TestDSNKeysThatNeedPostgreSQL(t *testing.T) {
+	for _, k := range dsnKeys {
+		if k.name == keyDriver {
+			continue
+		}
+		dsn := "host=db gate_driver=mysql " + k.name + "=" + dsnKeyExamples[k.name]
+		_, err := ParseDSN(dsn)
+		var de *DSNError
+		switch {
+		case k.postgres && (!errors.As(err, &de) || de.Key != k.name || !strings.Contains(err.Error(), "needs a PostgreSQL driver")):
+			t.Errorf("ParseDSN(%q) = %v, want a *DSNError saying %s needs a PostgreSQL driver", dsn, err, k.name)
+		case !k.postgres && err != nil:
+			t.Errorf("ParseDSN(%q) = %v, want no error with gate_driver=mysql", dsn, err)
+		}
+	}
+}
+
 const docUser = "docs/configuration.md or README.md"
 
 // readDocs returns the texts that must name every key: doc.go, the doc comment of ParseDSN, and
