@@ -78,7 +78,8 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 
 // runAs calls op on the bound physical connection, as one call (call.go) under ctx: begun before
 // op and ended when op returns, also when it panics, except that the call of a query that
-// succeeded (opRows) is handed to its rows (cn.handed), which end it at Close.
+// succeeded (opRows) is handed to its rows (cn.handed), which end it at Close. The call emits
+// the statement event when op returns (not when it panics).
 //
 // When op fails and gated knows that nothing was sent (see innerConn.unsent: for pgx and lib/pq
 // no byte left the socket, for other drivers driver.ErrBadConn) on a binding without session
@@ -108,17 +109,16 @@ func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error
 	for newTries := 0; ; {
 		pc := cn.pc
 		pc.sweep(cn.c.stmts)
-		cl = pc.startCall(ctx)
+		cl = cn.startStatement(ctx, cn.c.obs)
 		before := cl.before
 		wasFresh := cn.fresh
-		start := cn.c.obs.now()
 		err := op(pc)
 		if err == nil && kind == opRows {
+			cl.answered(nil)
 			cn.handed, cl = cl, call{}
 		} else {
-			cl.end()
+			cl.finish(err)
 		}
-		cn.c.obs.statement(cn.g, start, ctx, err)
 		if err != nil {
 			cn.binding.note(ctx, err)
 		}

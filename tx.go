@@ -1,7 +1,6 @@
 package gated
 
 import (
-	"context"
 	"database/sql/driver"
 	"fmt"
 )
@@ -30,11 +29,9 @@ func (t *tx) Commit() error {
 	pc.inner.checkBeforeWrite()
 	// A call of its own, under no context: database/sql gives Commit none, and the context of an
 	// earlier statement, ended or not, is none of the COMMIT's business.
-	cl := pc.startCall(context.Background())
-	start := t.cn.c.obs.now()
+	cl := t.cn.startStatement(nil, t.cn.c.obs)
 	err := t.inner.Commit()
-	cl.end()
-	t.cn.c.obs.statement(t.cn.g, start, nil, err)
+	cl.finish(err)
 	unknown := err != nil && pc.inner.commitUnknown(err, cl.before)
 	err = hideBadConn(t.end(err))
 	if unknown {
@@ -45,23 +42,16 @@ func (t *tx) Commit() error {
 	return err
 }
 
-// Rollback rolls the physical transaction back, as a call of its own. Its error may be
+// Rollback rolls the physical transaction back, as a call of its own under no context. Its error may be
 // driver.ErrBadConn, as the driver's: database/sql does not retry a rollback.
 func (t *tx) Rollback() error {
-	pc := t.cn.pc
-	start := t.cn.c.obs.now()
-	var err error
-	if pc != nil {
+	if pc := t.cn.pc; pc != nil {
 		pc.sweep(t.cn.c.stmts)
-		cl := pc.startCall(context.Background())
-		err = t.inner.Rollback()
-		cl.end()
-	} else {
-		err = t.inner.Rollback()
 	}
-	err = t.end(err)
-	t.cn.c.obs.statement(t.cn.g, start, nil, err)
-	return err
+	cl := t.cn.startStatement(nil, t.cn.c.obs) // none but its event when the binding lost its connection
+	err := t.inner.Rollback()
+	cl.finish(err)
+	return t.end(err)
 }
 
 func (t *tx) end(err error) error {
