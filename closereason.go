@@ -60,23 +60,32 @@ func CloseReasons() iter.Seq[CloseReason] {
 
 // ClosedFor returns the connections closed for r: one of the Closed* counters.
 func (s *PoolStats) ClosedFor(r CloseReason) int64 {
-	switch r {
-	case CloseBroken:
-		return s.ClosedBroken
-	case CloseLifetime:
-		return s.ClosedLifetime
-	case CloseIdleTime:
-		return s.ClosedIdleTime
-	case CloseDeadIdle:
-		return s.ClosedDeadIdle
-	case CloseConnector:
-		return s.ClosedByClose
-	case CloseCanceled:
-		return s.ClosedCanceled
-	case CloseShrunk:
-		return s.ClosedShrunk
+	if n := s.closedCounter(r); n != nil {
+		return *n
 	}
 	return 0
+}
+
+// closedCounter returns the Closed* counter of s that counts r, nil for no reason: the one place
+// a CloseReason is mapped to its field, for ClosedFor and for the pool's snapshot.
+func (s *PoolStats) closedCounter(r CloseReason) *int64 {
+	switch r {
+	case CloseBroken:
+		return &s.ClosedBroken
+	case CloseLifetime:
+		return &s.ClosedLifetime
+	case CloseIdleTime:
+		return &s.ClosedIdleTime
+	case CloseDeadIdle:
+		return &s.ClosedDeadIdle
+	case CloseConnector:
+		return &s.ClosedByClose
+	case CloseCanceled:
+		return &s.ClosedCanceled
+	case CloseShrunk:
+		return &s.ClosedShrunk
+	}
+	return nil
 }
 
 // callerEnded reports whether err, the failure of an attempt to get a connection ready for an
@@ -93,27 +102,6 @@ func callerEnded(ctx context.Context, err error) bool {
 	return ok && err != nil && !time.Now().Before(deadline)
 }
 
-// countDialFailureLocked counts a failed attempt to open a connection: apart, when the caller's
-// own context ended it (callerEnded), from the server's or network's failures, so that a short
-// deadline on a healthy server does not look like an outage.
-func (p *pool) countDialFailureLocked(canceled bool) {
-	if canceled {
-		p.dialCanceled++
-	} else {
-		p.failed++
-	}
-}
-
-// checkCanceled counts a reuse check cut short by the caller's context, with the canceled
-// attempts, and marks pc to be closed for that reason rather than as dead.
-func (p *pool) checkCanceled(ctx context.Context, pc *physConn, err error) {
-	pc.closedFor = CloseCanceled
-	p.mu.Lock()
-	p.dialCanceled++
-	p.mu.Unlock()
-	p.obs.checkCanceled(ctx, err)
-}
-
 // deadReason is the close reason of a connection found unusable by an operation under ctx
 // that failed with err before anything reached the server.
 func deadReason(ctx context.Context, err error) CloseReason {
@@ -121,24 +109,4 @@ func deadReason(ctx context.Context, err error) CloseReason {
 		return CloseCanceled
 	}
 	return CloseDeadIdle
-}
-
-// obsStatsLocked fills the counters of s kept for observability.
-func (p *pool) obsStatsLocked(s *PoolStats) {
-	s.ConnectCanceled = p.dialCanceled
-	s.ClosedBroken = p.closedBy[CloseBroken]
-	s.ClosedLifetime = p.closedBy[CloseLifetime]
-	s.ClosedIdleTime = p.closedBy[CloseIdleTime]
-	s.ClosedDeadIdle = p.closedBy[CloseDeadIdle]
-	s.ClosedByClose = p.closedBy[CloseConnector]
-	s.ClosedCanceled = p.closedBy[CloseCanceled]
-	s.ClosedShrunk = p.closedBy[CloseShrunk]
-}
-
-// expiryReason says which limit an expired connection passed.
-func (pc *physConn) expiryReason(now int64, lifetime time.Duration) CloseReason {
-	if lifetime > 0 && time.Duration(now-pc.createdAt) >= lifetime {
-		return CloseLifetime
-	}
-	return CloseIdleTime
 }

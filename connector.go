@@ -24,7 +24,7 @@ type Connector struct {
 	gate   *gate            // set's default gate
 	gates  map[string]*gate // set's named workloads; read-only
 	stmts  *stmtRegistry    // set.stmts
-	obs    *observer        // set.obs: the Observer and Logger of the set's first Config (observe.go)
+	obs    *observer        // set.obs: the Observer and Logger of the set's first Config (observer.go)
 	lim    limits
 	closed atomic.Bool
 }
@@ -206,14 +206,7 @@ func (c *Connector) Config() *Config { return c.cfg.Clone() }
 
 // Stats returns a snapshot of the default gate and the physical pool; see [Connector.WorkloadStats]
 // for the other workloads. Safe for concurrent use.
-func (c *Connector) Stats() Stats {
-	var s Stats
-	c.gate.stats(&s)
-	c.gate.wl.stats(&s)
-	c.pool.stats(&s.Pool)
-	c.set.fleetStats(&s, c.gate)
-	return s
-}
+func (c *Connector) Stats() Stats { return c.snapshot(c.gate, c.poolSnapshot()) }
 
 // AllStats yields a snapshot of every gate, the workload's name with its Stats: "default" first,
 // then the workloads of gate_workloads in the order they were given, as [Connector.Workloads]
@@ -223,14 +216,9 @@ func (c *Connector) Stats() Stats {
 // Rejecter read every workload through it.
 func (c *Connector) AllStats() StatsSeq {
 	return func(yield func(string, Stats) bool) {
-		var pool PoolStats
-		c.pool.stats(&pool)
+		pool := c.poolSnapshot()
 		for _, g := range c.set.gates() {
-			s := Stats{Pool: pool}
-			g.stats(&s)
-			g.wl.stats(&s)
-			c.set.fleetStats(&s, g)
-			if !yield(g.name, s) {
+			if !yield(g.name, c.snapshot(g, pool)) {
 				return
 			}
 		}

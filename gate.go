@@ -46,7 +46,7 @@ import (
 type gate struct {
 	gateConfig
 	pool    *pool       // where a released connection goes when no waiter takes it
-	wl      workloadObs // name and observability counters (observe.go)
+	wl      workloadObs // name and observability counters (stats.go)
 	waiters sync.Pool   // of *waiter: per gate, so that a waiter's timer runs on its gate's clock
 	lend    *lending    // the gate's part in lending between workloads (lend.go); nil when none lends
 

@@ -34,7 +34,7 @@ type pool struct {
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
 	jitter    time.Duration // each connection lives lifetime + a random [0, jitter); 0 = none
-	obs       *observer     // the Connector's, set once before use (observe.go)
+	obs       *observer     // the Connector's, set once before use (observer.go)
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -469,6 +469,14 @@ func (p *pool) takeExpired(now int64) []*physConn {
 	return expired
 }
 
+// expiryReason says which limit an expired connection passed.
+func (pc *physConn) expiryReason(now int64, lifetime time.Duration) CloseReason {
+	if lifetime > 0 && time.Duration(now-pc.createdAt) >= lifetime {
+		return CloseLifetime
+	}
+	return CloseIdleTime
+}
+
 // stats fills s.
 func (p *pool) stats(s *PoolStats) {
 	p.mu.Lock()
@@ -480,5 +488,35 @@ func (p *pool) stats(s *PoolStats) {
 	s.Opened = p.opened
 	s.Closed = p.closedN
 	s.ConnectErrors = p.failed
-	p.obsStatsLocked(s)
+	p.closedStatsLocked(s)
+}
+
+// closedStatsLocked fills the counters of s of the connections that failed to get ready for
+// their caller and of those closed, by reason.
+func (p *pool) closedStatsLocked(s *PoolStats) {
+	s.ConnectCanceled = p.dialCanceled
+	for r := range CloseReason(numCloseReasons) {
+		*s.closedCounter(r) = p.closedBy[r]
+	}
+}
+
+// countDialFailureLocked counts a failed attempt to open a connection: apart, when the caller's
+// own context ended it (callerEnded), from the server's or network's failures, so that a short
+// deadline on a healthy server does not look like an outage.
+func (p *pool) countDialFailureLocked(canceled bool) {
+	if canceled {
+		p.dialCanceled++
+	} else {
+		p.failed++
+	}
+}
+
+// checkCanceled counts a reuse check cut short by the caller's context, with the canceled
+// attempts, and marks pc to be closed for that reason rather than as dead.
+func (p *pool) checkCanceled(ctx context.Context, pc *physConn, err error) {
+	pc.closedFor = CloseCanceled
+	p.mu.Lock()
+	p.dialCanceled++
+	p.mu.Unlock()
+	p.obs.checkCanceled(ctx, err)
 }

@@ -116,6 +116,26 @@ type PoolStats struct {
 	ClosedShrunk    int64 // closed because the pool's share of its fleet shrank (CloseShrunk, gate_fleet=on)
 }
 
+// snapshot assembles the Stats of gate g, with pool, a snapshot of the shared physical pool
+// (poolSnapshot): the one place where Stats is put together from the owners of its counters,
+// for Connector.Stats, WorkloadStats and AllStats alike. The owners are the gate (its permits
+// and the attempts' counters, under its lock), its workloadObs (the counters kept where that
+// lock is not held), the pool (its own lock) and the fleet's share.
+func (c *Connector) snapshot(g *gate, pool PoolStats) Stats {
+	s := Stats{Pool: pool}
+	g.stats(&s)
+	g.wl.stats(&s)
+	c.set.fleetStats(&s, g)
+	return s
+}
+
+// poolSnapshot returns a snapshot of the shared physical pool, for snapshot.
+func (c *Connector) poolSnapshot() PoolStats {
+	var p PoolStats
+	c.pool.stats(&p)
+	return p
+}
+
 // workloadObs is a gate's part of observability: its name, its two refusal errors, made once,
 // and the counters kept outside gate.mu, because they are counted where the gate's lock is not
 // held.

@@ -95,10 +95,5 @@ func (c *Connector) WorkloadStats(name string) (Stats, bool) {
 			return Stats{}, false
 		}
 	}
-	var s Stats
-	g.stats(&s)
-	g.wl.stats(&s)
-	c.pool.stats(&s.Pool)
-	c.set.fleetStats(&s, g)
-	return s, true
+	return c.snapshot(g, c.poolSnapshot()), true
 }
