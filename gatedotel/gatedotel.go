@@ -36,8 +36,28 @@
 //
 // The names follow semantic conventions v1.43.0 (the Go module
 // go.opentelemetry.io/otel/semconv/v1.43.0, model/db/metrics.yaml of
-// open-telemetry/semantic-conventions), where the connection-pool metrics are still in
-// development:
+// open-telemetry/semantic-conventions). The duration of each call into the inner driver (a
+// query until its first result, an exec, a prepare, a begin, commit or rollback, a ping) is the
+// stable db.client.operation.duration, or gated's own gated.statement.duration, or both, as
+// OTEL_SEMCONV_STABILITY_OPT_IN ([StabilityOptInEnv]) says when NewObserver runs, the way otelsql
+// reads it:
+//
+//   - unset, or neither value below: gated.statement.duration only, as before the stable name;
+//   - "database": db.client.operation.duration only;
+//   - "database/dup": both.
+//
+// db.client.operation.duration (s, the conventions' buckets 0.001 to 10) has db.system.name
+// (postgresql for pgx and lib/pq, mysql for go-sql-driver/mysql, other_sql otherwise),
+// server.address and server.port (the first host of the Connector's DSN, when it names one;
+// nothing else of the DSN is read, never a user or password), and for a failed call error.type:
+// the SQLSTATE (then also db.response.status_code), context.Canceled or
+// context.DeadlineExceeded, driver.ErrBadConn, or the error's Go type. db.operation.name is left
+// out: gated does not parse the SQL. Like gated.statement.duration it also carries
+// db.client.connection.pool.name and gated.workload. The server's attributes are read by
+// Register; an operation recorded before it has none of them.
+//
+// The connection-pool metrics are still in development in the conventions, and are exported
+// whatever OTEL_SEMCONV_STABILITY_OPT_IN says:
 //
 //   - db.client.connection.count ({connection}, by db.client.connection.state = idle | used):
 //     the physical pool's idle and in-use connections.
@@ -57,7 +77,7 @@
 // to other workloads now) and gated.borrowed (operations on a borrowed permit now)
 // ({operation}); gated.admitted, gated.rejected (by gated.rejected.reason = full | timeout),
 // gated.canceled ({operation}); gated.server_timeouts (by gated.server_timeout.kind = statement |
-// lock), gated.commit_unknown; gated.connect.duration and gated.statement.duration (s); and for
+// lock), gated.commit_unknown; gated.connect.duration and gated.statement.duration (s, above); and for
 // the pool gated.connections.opened, gated.connections.closed (by gated.close.reason, every
 // [gated.CloseReasons] name), gated.connect.errors and gated.connect.canceled.
 //
@@ -78,6 +98,7 @@ package gatedotel
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatedsql/gated"
@@ -152,9 +173,12 @@ type Observer struct {
 	traces   bool
 
 	waitTime, useTime, createTime metric.Float64Histogram
-	connectTime, statementTime    metric.Float64Histogram
+	connectTime                   metric.Float64Histogram
+	statementTime                 metric.Float64Histogram // gated.statement.duration; nil when StabilityOptInEnv asks for the stable name only
+	operationTime                 metric.Float64Histogram // db.client.operation.duration; nil unless StabilityOptInEnv asks for it
 
-	workloads *obsexport.Workloads[*workloadAttrs]
+	workloads  *obsexport.Workloads[*workloadAttrs]
+	operations atomic.Pointer[obsexport.Workloads[*operationAttrs]] // db.client.operation.duration's attributes, the server's from Register on
 }
 
 // workloadAttrs are one workload's attributes, precomputed.
@@ -190,19 +214,27 @@ func NewObserver(opts ...Option) (*Observer, error) {
 			},
 		}
 	})
-	buckets := metric.WithExplicitBucketBoundaries(obsexport.Buckets()...)
+	obs.operations.Store(obsexport.NewWorkloads(newOperationAttrs([]attribute.KeyValue{poolName})))
+	buckets := obsexport.Buckets()
+	names := stabilityOptIn()
 	for _, h := range []struct {
 		dst        *metric.Float64Histogram
 		name, desc string
+		buckets    []float64
+		make       bool
 	}{
-		{&obs.waitTime, "db.client.connection.wait_time", "The time it took to obtain an open connection from the pool: arrival at the gate to the execution permit."},
-		{&obs.useTime, "db.client.connection.use_time", "The time between borrowing a connection and returning it to the pool: the execution permit to the end of the binding."},
-		{&obs.createTime, "db.client.connection.create_time", "The time it took to create a new connection."},
-		{&obs.connectTime, "gated.connect.duration", "The execution permit to a ready physical connection (reuse check, reset or dial)."},
-		{&obs.statementTime, "gated.statement.duration", "Time inside each call into the inner driver."},
+		{&obs.waitTime, "db.client.connection.wait_time", "The time it took to obtain an open connection from the pool: arrival at the gate to the execution permit.", buckets, true},
+		{&obs.useTime, "db.client.connection.use_time", "The time between borrowing a connection and returning it to the pool: the execution permit to the end of the binding.", buckets, true},
+		{&obs.createTime, "db.client.connection.create_time", "The time it took to create a new connection.", buckets, true},
+		{&obs.connectTime, "gated.connect.duration", "The execution permit to a ready physical connection (reuse check, reset or dial).", buckets, true},
+		{&obs.statementTime, "gated.statement.duration", "Time inside each call into the inner driver.", buckets, names.earlier},
+		{&obs.operationTime, "db.client.operation.duration", "Duration of database client operations: each call into the inner driver.", operationBuckets, names.stable},
 	} {
+		if !h.make {
+			continue
+		}
 		var err error
-		if *h.dst, err = obs.meter.Float64Histogram(h.name, metric.WithUnit(secondsUnit), metric.WithDescription(h.desc), buckets); err != nil {
+		if *h.dst, err = obs.meter.Float64Histogram(h.name, metric.WithUnit(secondsUnit), metric.WithDescription(h.desc), metric.WithExplicitBucketBoundaries(h.buckets...)); err != nil {
 			return nil, err
 		}
 	}
@@ -221,7 +253,12 @@ func (o *Observer) Observe(e gated.Event) {
 	case gated.EventConnect:
 		h = o.connectTime
 	case gated.EventStatement:
-		h = o.statementTime
+		if o.operationTime != nil {
+			o.recordOperation(ctxOf(e), e)
+		}
+		if h = o.statementTime; h == nil {
+			return
+		}
 	case gated.EventConnOpened:
 		o.createTime.Record(ctxOf(e), e.Duration.Seconds(), o.pool...)
 		return
@@ -362,6 +399,9 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	}
 
 	o.workloads.Prepare(c)
+	operations := obsexport.NewWorkloads(newOperationAttrs(append([]attribute.KeyValue{semconv.DBClientConnectionPoolName(o.poolName)}, serverAttrs(c.Config())...)))
+	operations.Prepare(c)
+	o.operations.Store(operations)
 	inFleet := c.Config().Fleet
 	poolName := semconv.DBClientConnectionPoolName(o.poolName)
 	poolOnly := metric.WithAttributes(poolName)
