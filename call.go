@@ -83,9 +83,9 @@ func (b *binding) startStatement(ctx context.Context, obs *observer) call {
 // emitted: at the end of the call, or for a query at its first result, the rows keeping the call
 // open until they close.
 func (c *call) answered(err error) {
-	if s := c.stmt; s.obs != nil {
+	if o := c.stmt.obs; o != nil {
 		c.stmt.obs = nil
-		s.obs.statement(s.g, s.start, s.ctx, err)
+		o.statement(c.stmt.g, c.stmt.start, c.stmt.ctx, err)
 	}
 }
 

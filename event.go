@@ -1,5 +1,8 @@
 package gated
 
+// The vocabulary of gated's measurements: what an Event is, its kinds and which fields each
+// sets. emit.go is the only code that builds one.
+
 import (
 	"context"
 	"time"

@@ -42,8 +42,8 @@ func (t *tx) Commit() error {
 	return err
 }
 
-// Rollback rolls the physical transaction back, as a call of its own under no context. Its error may be
-// driver.ErrBadConn, as the driver's: database/sql does not retry a rollback.
+// Rollback rolls the physical transaction back, as a call of its own under no context. Its error
+// may be driver.ErrBadConn, as the driver's: database/sql does not retry a rollback.
 func (t *tx) Rollback() error {
 	if pc := t.cn.pc; pc != nil {
 		pc.sweep(t.cn.c.stmts)
