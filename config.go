@@ -3,10 +3,15 @@ package gated
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/gatedsql/gated/internal/dsn"
 	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/jackc/pgx/v5"
 )
@@ -294,3 +299,177 @@ func (c *Config) lifetimeJitter() time.Duration {
 
 // orZero turns the None of a normalized field into the zero that gates and pools read as none.
 func orZero[T ~int | ~int64](v T) T { return max(v, 0) }
+
+// How a Config and a Connector print: as the DSN that FormatDSN writes, with every password
+// replaced by "xxxxx", whatever the verb (a Formatter: fmt would print a struct field by field,
+// the DSN among them, for a verb a Stringer does not serve, such as %d) and in log/slog.
+//
+// Config's methods have value receivers so that a Config prints so whether it is a value or a
+// pointer, alone or in an exported field, slice or map of another value: fmt does not find a
+// pointer method on a value. fmt finds no method at all on an unexported field, so a type that
+// holds a Config in one (a Connector) needs printing methods of its own; print_test.go finds
+// every exported type that can reach a DSN and prints it.
+
+var (
+	_ fmt.Formatter  = Config{}
+	_ fmt.Stringer   = Config{}
+	_ fmt.GoStringer = Config{}
+	_ slog.LogValuer = Config{}
+
+	_ fmt.Formatter  = (*Connector)(nil)
+	_ fmt.Stringer   = (*Connector)(nil)
+	_ fmt.GoStringer = (*Connector)(nil)
+	_ slog.LogValuer = (*Connector)(nil)
+)
+
+// String returns c as a DSN, as [Config.FormatDSN] writes it, with the value of every password
+// key (password, sslpassword, ...) and a URL's or mysql DSN's userinfo password replaced by
+// "xxxxx", and anything else that spells a piece of a password removed as [Redact] does.
+// Observer and Logger are not shown. fmt's %v, %+v and %s use it; it never shows a password.
+// Use FormatDSN for the DSN itself.
+func (c Config) String() string {
+	return dsn.RedactDSN(c.FormatDSN())
+}
+
+// GoString returns c for fmt's %#v, without its password: gated.Config("<String>").
+func (c Config) GoString() string {
+	return "gated.Config(" + strconv.Quote(c.String()) + ")"
+}
+
+// Format prints c for fmt: %#v as GoString, every other verb as that verb prints c's String
+// (%x in hex, %d as a bad verb), so that no verb shows a password.
+func (c Config) Format(f fmt.State, verb rune) {
+	printRedacted(f, verb, c.String, c.GoString)
+}
+
+// LogValue returns c for log/slog: its String, which never shows a password.
+func (c Config) LogValue() slog.Value {
+	return slog.StringValue(c.String())
+}
+
+// String returns the Connector's configuration as [Config.String] prints it, defaults filled
+// in: its DSN with every password replaced by "xxxxx". fmt's %v, %+v and %s use it.
+func (c *Connector) String() string {
+	if c == nil {
+		return "<nil>"
+	}
+	return c.cfg.String()
+}
+
+// GoString returns c for fmt's %#v, without its password: &gated.Connector("<String>").
+func (c *Connector) GoString() string {
+	if c == nil {
+		return "(*gated.Connector)(nil)"
+	}
+	return "&gated.Connector(" + strconv.Quote(c.String()) + ")"
+}
+
+// Format prints c for fmt: %#v as GoString, every other verb as that verb prints c's String,
+// so that no verb shows a password.
+func (c *Connector) Format(f fmt.State, verb rune) {
+	printRedacted(f, verb, c.String, c.GoString)
+}
+
+// LogValue returns c for log/slog: its String, which never shows a password.
+func (c *Connector) LogValue() slog.Value {
+	return slog.StringValue(c.String())
+}
+
+// printRedacted prints a value whose text without passwords is str() and goString(): %#v as
+// goString(), and every other verb as it would print the string str().
+func printRedacted(f fmt.State, verb rune, str, goString func() string) {
+	if verb == 'v' && f.Flag('#') {
+		io.WriteString(f, goString())
+		return
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), str())
+}
+
+// checkRules validates what ties several keys together, once the defaults are filled in: the
+// sum of all B against gate_max_conns, the limits of gate_concurrent=auto, the keys that need a
+// PostgreSQL driver (the rows of dsnKeys marked postgres), the keys that a transaction pooler or
+// a fleet rule out, the pgx hooks, and a gate_ key left in the inner DSN. Each key's value on its
+// own is its row's check, run before (checkGiven). Every error is a *DSNError naming one key.
+func (c *Config) checkRules() error {
+	wB := workloadsB(c.Workloads)
+	switch {
+	case c.Concurrent <= 0:
+		// Only a default can get here: the workloads took every permit of MaxConns.
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the workloads' B add up to %d, leaving no execution permit of gate_max_conns (%d) for the default workload", wB, c.MaxConns)}
+	case wB > 0 && c.Concurrent+wB > c.MaxConns:
+		// Σ B > P would make operations wait for a physical connection, the wait the gates
+		// exist to replace.
+		return &DSNError{Key: keyWorkloads, Err: fmt.Errorf("the B of all workloads add up to %d (%s), more than gate_max_conns (%d)", c.Concurrent+wB, sumOfB(c.Concurrent, c.Workloads), c.MaxConns)}
+	case c.Concurrent > c.MaxConns:
+		// B > P would make operations wait for a physical connection, the wait the gate exists
+		// to replace.
+		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("%d is more than gate_max_conns (%d)", c.Concurrent, c.MaxConns)}
+	}
+	if c.ConcurrentAuto && c.Concurrent != c.MaxConns-wB {
+		return &DSNError{Key: keyConcurrent, Err: fmt.Errorf("auto takes gate_max_conns less the workloads' B (%d) as its ceiling, not %d", c.MaxConns-wB, c.Concurrent)}
+	}
+	if c.ConcurrentAuto && max(c.ConcurrentMin, 1) > c.Concurrent {
+		return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the default gate's ceiling (%d)", c.ConcurrentMin, c.Concurrent)}
+	}
+	for _, w := range c.Workloads {
+		if w.Auto && max(c.ConcurrentMin, 1) > w.Concurrent {
+			return &DSNError{Key: keyConcurrentMin, Err: fmt.Errorf("%d is more than the B of workload %s (%d)", c.ConcurrentMin, shownValue(w.Name), w.Concurrent)}
+		}
+	}
+	if c.MaxConnLifetimeJitter > 0 && c.MaxConnLifetime == None {
+		return &DSNError{Key: keyMaxConnLifetimeJitter, Err: errors.New("spreads gate_max_conn_lifetime, which is 0 (no limit)")}
+	}
+	if c.Driver != "pgx" && c.Driver != "postgres" {
+		for _, k := range dsnKeys {
+			if !k.postgres {
+				continue
+			}
+			if _, isDefault := k.get(c); !isDefault {
+				return &DSNError{Key: k.name, Err: fmt.Errorf("needs a PostgreSQL driver (gate_driver pgx or postgres), not %s", shownValue(c.Driver))}
+			}
+		}
+	}
+	if c.Pooler != "" && (c.LockTimeout > 0 || c.StatementTimeout > 0) {
+		key := keyLockTimeout
+		if c.StatementTimeout > 0 {
+			key = keyStmtTimeout
+		}
+		return &DSNError{Key: key, Err: errors.New("a fixed limit would be a startup parameter, which a transaction pooler refuses (gate_pooler=transaction): set it on the database role instead (ALTER ROLE ... SET)")}
+	}
+	switch ttl, refresh := c.fleetTTL(), c.fleetRefresh(); {
+	case 3*refresh > ttl:
+		// A member fences itself two thirds of a TTL after its last refresh: at a third, one
+		// refresh may fail without that.
+		return &DSNError{Key: keyFleetRefresh, Err: fmt.Errorf("%v is more than a third of gate_fleet_ttl (%v)", refresh, ttl)}
+	case c.Fleet && c.Pooler != "":
+		return &DSNError{Key: keyFleet, Err: errors.New("cannot hold a lease through a transaction pooler, which ends the session's advisory lock with each transaction: point gate_fleet at the server, or size the pooler's pool instead (docs/fleet.md)")}
+	}
+	if (c.PgxBeforeConnect != nil || c.PgxAfterConnect != nil) && c.Driver != "pgx" {
+		return &DSNError{Key: keyDriver, Err: fmt.Errorf("Config.PgxBeforeConnect and PgxAfterConnect need gate_driver pgx, not %s", shownValue(c.Driver))}
+	}
+	return checkInnerDSN(c.Driver, c.DSN)
+}
+
+// errFleetName is the error of gate_fleet=on without a gate_name. NewConnector checks it, not
+// checkRules, so that ParseDSN reads each key on its own.
+var errFleetName = &DSNError{Key: keyFleet, Err: errors.New("needs a gate_name: the fleet is every instance of that name on the database")}
+
+// workloadsB returns the sum of the workloads' B: with the default gate's B, at most
+// gate_max_conns (checkRules).
+func workloadsB(ws []Workload) int {
+	n := 0
+	for _, w := range ws {
+		n += w.Concurrent
+	}
+	return n
+}
+
+// sumOfB spells out the sum of all B for an error: "default 8 + batch 2 + report 1".
+func sumOfB(concurrent int, ws []Workload) string {
+	var b strings.Builder
+	b.WriteString(DefaultWorkload + " " + strconv.Itoa(concurrent))
+	for _, w := range ws {
+		b.WriteString(" + " + w.Name + " " + strconv.Itoa(w.Concurrent))
+	}
+	return b.String()
+}

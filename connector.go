@@ -17,7 +17,7 @@ import (
 //
 // A Connector is safe for concurrent use. Close it by closing the *sql.DB that uses it.
 type Connector struct {
-	cfg    *Config // a pointer, so that fmt never prints its DSN field by field (configprint.go)
+	cfg    *Config // a pointer, so that fmt never prints its DSN field by field (config.go)
 	drv    Driver
 	set    *gateSet         // the gates and the pool, shared with other Connectors of the same gate_name
 	pool   *pool            // set.pool

@@ -38,7 +38,7 @@ const (
 // A dsnKey is everything gated knows of one gate_ key: how ParseDSN reads its value into a
 // Config, its default, what values it takes, whether it needs PostgreSQL, and how FormatDSN and
 // sameGate read it back. A new key is a new row of dsnKeys and its field of Config; the rules
-// that tie several keys together are in checkRules (configrules.go). TestDSNKeysTable checks
+// that tie several keys together are in checkRules (config.go). TestDSNKeysTable checks
 // that every row parses, formats, round-trips, is compared and is documented.
 type dsnKey struct {
 	name string

@@ -21,7 +21,7 @@ type physConn struct {
 	idleSince int64       // pool clock when last made idle
 	used      bool        // served an operation: reset before the next one
 	broken    bool        // must be destroyed rather than reused
-	closedFor CloseReason // why it is destroyed; CloseBroken unless set (observe.go)
+	closedFor CloseReason // why it is destroyed; CloseBroken unless set (event.go)
 
 	sock    *sockConn // the socket gated dialed (pgx, lib/pq); nil otherwise
 	watched bool      // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)

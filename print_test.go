@@ -165,7 +165,7 @@ func TestExportedTypesPrintWithoutThePassword(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(reaching, want) {
 		t.Fatalf("exported types that can reach a DSN:\n\t%s\nprinted by this test:\n\t%s\n"+
-			"give every such type printing methods that hide the password (see configprint.go) and a sample in printSamples",
+			"give every such type printing methods that hide the password (see config.go) and a sample in printSamples",
 			strings.Join(reaching, "\n\t"), strings.Join(want, "\n\t"))
 	}
 	for _, name := range want {
