@@ -240,7 +240,7 @@ func (b *binding) ready(ctx context.Context, p *pool, pc *physConn) error {
 			b.release(pc)
 			return fmt.Errorf("gated: the context ended before the operation started: %w", err)
 		}
-		err := pc.reset(ctx)
+		err := pc.reset(ctx, p.checkRest)
 		if err == nil {
 			b.pc = pc
 			return nil

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"runtime"
@@ -82,7 +83,9 @@ func TestIdleConnectionKilledIsReplacedWithoutError(t *testing.T) {
 		check := func(t *testing.T, run func() error) {
 			t.Helper()
 			pid := backendPID(t, db)
+			idle := time.Now()
 			killBackend(t, adm, pid)
+			restedLongEnough(t, idle)
 			before := c.Stats()
 			if err := run(); err != nil {
 				t.Fatalf("first operation after its idle connection was terminated: %v", err)
@@ -124,7 +127,9 @@ func TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
 		var firstErr error
 		for range rounds {
 			pid := backendPID(t, db)
+			idle := time.Now()
 			killBackendNoExitWait(t, adm, pid)
+			restedLongEnough(t, idle)
 			if _, err := db.ExecContext(context.Background(), "SELECT 1"); err != nil {
 				failed++
 				firstErr = cmp.Or(firstErr, err)
@@ -132,6 +137,54 @@ func TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError(t *testing.T) {
 		}
 		if failed > 0 {
 			t.Errorf("%d of %d first statements on a connection terminated just before failed, first with: %v", failed, rounds, firstErr)
+		}
+	})
+}
+
+// restedLongEnough returns once checkAfterRest has passed since idle, a time after the pool's
+// one connection went back idle: its next operation checks the socket before it writes.
+func restedLongEnough(t *testing.T, idle time.Time) {
+	t.Helper()
+	waitFor(t, "the idle connection rested long enough to be checked", func() bool { return time.Since(idle) >= checkAfterRest })
+}
+
+// A connection the server terminated, reused before it rested long enough to be checked (the
+// pool's threshold raised so that this is certain): its statement is sent to a session that has
+// ended. It runs at most once: either nothing of it was sent and it runs on a new connection
+// (lib/pq's write may meet the reset), or it fails, never as driver.ErrBadConn (database/sql
+// would run it again), and nothing ran. The operation is admitted once, the dead connection is
+// destroyed and the next operation runs on a new one.
+func TestIdleConnectionKilledWithinItsRestRunsItsStatementAtMostOnce(t *testing.T) {
+	runPG(t, "gate_max_conns=1&gate_concurrent=1&gate_queue=1&gate_queue_wait=5s", func(t *testing.T, e *pgEnv) {
+		db, c, adm := e.db, e.c, e.adm
+		c.pool.checkRest = time.Hour
+		table := pgTable(t, adm, "v int")
+		ctx := context.Background()
+		for round := range 5 {
+			pid := backendPID(t, db)
+			killBackend(t, adm, pid)
+			before := c.Stats()
+			_, err := db.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (v) VALUES (%d)", table, round))
+			if errors.Is(err, driver.ErrBadConn) {
+				t.Fatalf("round %d: the statement sent to a terminated session failed with driver.ErrBadConn, which database/sql retries: %v", round, err)
+			}
+			var n int
+			if qerr := adm.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE v = %d", table, round)).Scan(&n); qerr != nil {
+				t.Fatal(qerr)
+			}
+			switch {
+			case err == nil && n != 1:
+				t.Errorf("round %d: the statement succeeded and ran %d times, want once", round, n)
+			case err != nil && n != 0:
+				t.Errorf("round %d: the statement failed (%v) and ran %d times, want none", round, err, n)
+			}
+			if got := c.Stats().Admitted - before.Admitted; got != 1 {
+				t.Errorf("round %d: the operation was admitted %d times, want 1", round, got)
+			}
+			waitFor(t, "the dead connection destroyed", func() bool { return c.Stats().Pool.Closed > before.Pool.Closed })
+			if now := backendPID(t, db); now == pid {
+				t.Errorf("round %d: still served by terminated server process %d", round, pid)
+			}
 		}
 	})
 }

@@ -17,11 +17,12 @@ import (
 type physConn struct {
 	conn      driver.Conn
 	inner     innerConn
-	createdAt int64       // pool clock (Unix ns) when opened, plus its lifetime jitter (pool.dial)
-	idleSince int64       // pool clock when last made idle
-	used      bool        // served an operation: reset before the next one
-	broken    bool        // must be destroyed rather than reused
-	closedFor CloseReason // why it is destroyed; CloseBroken unless set (event.go)
+	createdAt int64         // pool clock (Unix ns) when opened, plus its lifetime jitter (pool.dial)
+	idleSince int64         // pool clock when last made idle
+	used      bool          // served an operation: reset before the next one
+	restedAt  time.Duration // monoNow when it last went back idle after serving an operation (rested)
+	broken    bool          // must be destroyed rather than reused
+	closedFor CloseReason   // why it is destroyed; CloseBroken unless set (event.go)
 
 	sock    *sockConn // the socket gated dialed (pgx, lib/pq); nil otherwise
 	watched bool      // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
@@ -54,6 +55,7 @@ func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc
 // rested is called when pc goes back idle after a binding that left it reusable: nothing runs on
 // the server any more.
 func (pc *physConn) rested() {
+	pc.restedAt = monoNow()
 	if pc.sock != nil {
 		pc.sock.SetBusy(false)
 	}
@@ -73,14 +75,26 @@ func (pc *physConn) answerAge() time.Duration {
 // cannot tell.
 func (pc *physConn) alive() bool { return pc.inner.alive() }
 
-// reset prepares a used connection for a new operation: its socket is checked before the next
-// write (a server that hung up while it was idle is found before anything is sent), then the
-// driver's ResetSession runs.
-func (pc *physConn) reset(ctx context.Context) error {
+// checkAfterRest is how long a used connection must have rested idle for its next operation to
+// check its socket before the first write (innerConn.checkBeforeWrite: one system call, 2–4 µs
+// here, the largest part of what gated adds to a SELECT 1 when operations follow one another at
+// once). A server hangs up on an idle connection when something outside it acts
+// (pg_terminate_backend, a restart, idle_session_timeout, a proxy's idle timeout); a connection
+// reused within this time of its last operation seldom meets that, and when it does, its
+// statement fails as with the plain driver (run again only when nothing of it was sent), which
+// checks a connection at most once a second (pgx's ResetSession).
+const checkAfterRest = time.Millisecond
+
+// reset prepares a used connection for a new operation: when it rested at least checkAfter
+// (the pool's checkAfterRest), its socket is checked before the next write (a server that hung
+// up while it was idle is found before anything is sent), then the driver's ResetSession runs.
+func (pc *physConn) reset(ctx context.Context, checkAfter time.Duration) error {
 	if !pc.used {
 		return nil
 	}
-	pc.inner.checkBeforeWrite()
+	if monoNow()-pc.restedAt >= checkAfter {
+		pc.inner.checkBeforeWrite()
+	}
 	if r, ok := pc.conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)
 	}

@@ -35,6 +35,7 @@ type pool struct {
 	idleTime  time.Duration // 0 = no limit
 	jitter    time.Duration // each connection lives lifetime + a random [0, jitter); 0 = none
 	obs       *observer     // the Connector's, set once before use (observer.go)
+	checkRest time.Duration // checkAfterRest; tests set it before use
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -67,7 +68,7 @@ const maxReapInterval = time.Second
 
 func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
 	life, end := context.WithCancel(context.Background())
-	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, life: life, end: end}
+	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, checkRest: checkAfterRest, life: life, end: end}
 }
 
 // get returns a physical connection for a caller that holds an execution permit: an idle one
