@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Config configures a [Connector]. Build one with [ParseDSN], [NewConfig] or as a literal; the
-// three spellings of the same settings give the same gate. A zero field means the default of its
+// Config configures a [Connector]. Build one with [ParseDSN] or as a literal; the two
+// spellings of the same settings give the same gate. A zero field means the default of its
 // DSN key (see [ParseDSN]): Config{DSN: d} is the gate of the DSN d, with B+Q and the connection
 // lifetimes of a DSN that sets no gate_ key. Where the DSN's 0 means "none" (gate_queue=0,
 // gate_queue_wait=0, gate_max_conn_lifetime=0, ...), the field takes [None], and that is what
@@ -189,23 +189,6 @@ var (
 	errEmptyDriver = errors.New("empty driver name")
 	errSelfDriver  = errors.New(`"` + DriverName + `" would wrap gated in itself`)
 )
-
-// NewConfig returns a Config with the defaults a DSN without gate_ keys gets, spelled out:
-// Driver "pgx", MaxConns 10, Concurrent 10, Queue 10, QueueWait 1s, MaxConnLifetime 1h,
-// MaxConnIdleTime 30m and an empty DSN (MaxConnLifetimeJitter stays zero, its default, a tenth of
-// MaxConnLifetime). &Config{} gives the same gate. The values are spelled out, so changing
-// MaxConns alone leaves Concurrent and Queue at 10, where in &Config{MaxConns: 4} they follow it.
-func NewConfig() *Config {
-	return &Config{
-		Driver:          defaultDriver,
-		MaxConns:        defaultMaxConns,
-		Concurrent:      defaultMaxConns,
-		Queue:           defaultMaxConns,
-		QueueWait:       defaultQueueWait,
-		MaxConnLifetime: defaultMaxConnLifetime,
-		MaxConnIdleTime: defaultMaxConnIdleTime,
-	}
-}
 
 // Clone returns a copy of c, or nil when c is nil. The copy shares c's Observer, Logger and pgx
 // hooks, which are meant to be shared, and nothing else.

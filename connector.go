@@ -159,7 +159,7 @@ func (set *gateSet) release() bool {
 	return true
 }
 
-var errNilConfig = errors.New("gated: NewConnector: nil *Config (use gated.NewConfig or gated.ParseDSN)")
+var errNilConfig = errors.New("gated: NewConnector: nil *Config (use gated.ParseDSN or a &gated.Config{...})")
 
 // Connect returns a new virtual connection. It does no I/O and cannot fail, except after Close.
 func (c *Connector) Connect(context.Context) (driver.Conn, error) {

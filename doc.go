@@ -108,8 +108,8 @@
 // table, a session advisory lock per instance, growth granted under a transaction-level advisory
 // lock). An instance shrinks before it declares a smaller share, grows only into what the others
 // have declared free, starts with nothing, and fences itself to nothing before its lease can
-// expire when it cannot refresh it. [Stats].Fleet reports the share; [ReadFleet] and gatedbudget
-// -live list the members. See docs/fleet.md.
+// expire when it cannot refresh it. [Stats].Fleet reports the share; gatedbudget -live lists the
+// members. See docs/fleet.md.
 //
 // # Deadlines and transactions
 //

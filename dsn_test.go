@@ -12,9 +12,16 @@ import (
 // testPassword is in every malformed DSN, so a test can tell that no error message quotes it.
 const testPassword = "s3cr3t-pw"
 
-// cfgWith returns NewConfig's defaults with the inner DSN and the changes of mod applied.
+// dsnDefaults returns a Config with the defaults a DSN without gate_ keys gets, spelled out:
+// what ParseDSN("") returns (validDSNTests checks it).
+func dsnDefaults() *Config {
+	return &Config{Driver: "pgx", MaxConns: 10, Concurrent: 10, Queue: 10, QueueWait: time.Second,
+		MaxConnLifetime: time.Hour, MaxConnIdleTime: 30 * time.Minute}
+}
+
+// cfgWith returns the DSN defaults with the inner DSN and the changes of mod applied.
 func cfgWith(dsn string, mod func(*Config)) Config {
-	c := NewConfig()
+	c := dsnDefaults()
 	c.DSN = dsn
 	if mod != nil {
 		mod(c)
@@ -274,19 +281,14 @@ func checkDSNError(t *testing.T, err error, key string) {
 	}
 }
 
-func TestNewConfigHasDSNDefaults(t *testing.T) {
-	want := Config{Driver: "pgx", MaxConns: 10, Concurrent: 10, Queue: 10, QueueWait: time.Second,
-		MaxConnLifetime: time.Hour, MaxConnIdleTime: 30 * time.Minute}
-	if got := NewConfig(); !reflect.DeepEqual(*got, want) {
-		t.Errorf("NewConfig() = %+v, want %+v", *got, want)
-	}
-	if got := NewConfig().FormatDSN(); got != "" {
-		t.Errorf("NewConfig().FormatDSN() = %q, want \"\"", got)
+func TestDSNDefaultsFormatAsNoKey(t *testing.T) {
+	if got := dsnDefaults().FormatDSN(); got != "" {
+		t.Errorf("the DSN defaults' FormatDSN() = %q, want \"\"", got)
 	}
 }
 
 func TestCloneIsIndependent(t *testing.T) {
-	c := NewConfig()
+	c := dsnDefaults()
 	c.DSN = "host=db"
 	cp := c.Clone()
 	if !reflect.DeepEqual(*cp, *c) {
@@ -307,7 +309,7 @@ func TestNormalizeDefaultsZeroFieldsOfCodeBuiltConfig(t *testing.T) {
 		in   Config
 		want Config
 	}{
-		{"zero Config", Config{}, *NewConfig()},
+		{"zero Config", Config{}, *dsnDefaults()},
 		{"concurrent follows max_conns", Config{MaxConns: 4},
 			cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue = 4, 4, 4 })},
 		{"max_conns defaults under a set concurrent", Config{Concurrent: 3},
@@ -318,7 +320,7 @@ func TestNormalizeDefaultsZeroFieldsOfCodeBuiltConfig(t *testing.T) {
 			cfgWith("host=db", func(c *Config) { c.Driver, c.MaxConns, c.Concurrent, c.Queue = "postgres", 2, 2, 2 })},
 		{"None queue and durations stay none", Config{MaxConns: 2, Queue: None, QueueWait: None, MaxConnLifetime: None, MaxConnIdleTime: None},
 			Config{Driver: "pgx", MaxConns: 2, Concurrent: 2, Queue: None, QueueWait: None, MaxConnLifetime: None, MaxConnIdleTime: None}},
-		{"NewConfig unchanged", *NewConfig(), *NewConfig()},
+		{"defaults spelled out unchanged", *dsnDefaults(), *dsnDefaults()},
 		{"concurrent equal to max_conns", Config{MaxConns: 5, Concurrent: 5, Queue: 7, QueueWait: time.Millisecond},
 			cfgWith("", func(c *Config) { c.MaxConns, c.Concurrent, c.Queue, c.QueueWait = 5, 5, 7, time.Millisecond })},
 		{"unreadable inner DSN left for the inner driver", Config{DSN: "password='x"}, cfgWith("password='x", nil)},

@@ -419,10 +419,10 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 		t.Errorf("stats of the first member: %+v", st)
 	}
 	// The rows declare the permits at the members' next refresh after the grant: poll.
-	var members []FleetMember
+	var members []fleet.Record
 	waitFor(t, "every live row declaring B 3 or 4", func() bool {
 		var err error
-		if members, err = ReadFleet(context.Background(), ft.adm, &Config{Name: ft.name, FleetTable: ft.table}); err != nil {
+		if members, err = fleet.Read(context.Background(), ft.adm, ft.name, ft.table); err != nil {
 			t.Fatal(err)
 		}
 		seen = fmt.Sprintf("%+v", members)
@@ -439,22 +439,22 @@ func TestFleetMembersShareTheTotals(t *testing.T) {
 			// A join whose first refresh timed out on a loaded machine (the row written, the
 			// answer late): its lease connection was given up, and its row is listed, not
 			// live, until it is deleted ten TTLs after it expired.
-			t.Logf("ReadFleet lists a row that is not live: %+v", m)
+			t.Logf("the fleet table lists a row that is not live: %+v", m)
 			continue
 		}
 		infos = append(infos, m.Info)
 		if !m.Live || m.Conns != 4 || m.TotalConns != 12 || len(m.Concurrent) != 1 || m.Concurrent[0] < 3 || m.Concurrent[0] > 4 || m.LeaseLeft <= 0 {
-			t.Errorf("ReadFleet: %+v, want a live member declaring 4 connections and B 3 or 4", m)
+			t.Errorf("the fleet table: %+v, want a live member declaring 4 connections and B 3 or 4", m)
 		}
 	}
 	for i := 1; i < len(members); i++ {
 		if members[i].Joined.Before(members[i-1].Joined) {
-			t.Errorf("ReadFleet lists %v out of the order they joined", infos)
+			t.Errorf("the fleet table lists %v out of the order they joined", infos)
 		}
 	}
 	slices.Sort(infos)
 	if !slices.Equal(infos, []string{"member 1", "member 2", "member 3"}) {
-		t.Errorf("ReadFleet lists %v live, want the three members", infos)
+		t.Errorf("the fleet table lists %v live, want the three members", infos)
 	}
 	c.Close()
 	tc.gone()

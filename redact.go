@@ -9,17 +9,7 @@ import "github.com/gatedsql/gated/internal/dsn"
 // redacted is what replaces a password, or a run of its pieces.
 const redacted = dsn.Redacted
 
-// Redact returns msg, a message that may quote dsn or parts of it (an inner driver's or the
-// network's error, a log line), with every password that dsn holds removed: each run of msg made
-// of pieces of 4 or more bytes of a password, as written, decoded or escaped the ways drivers and
-// fmt print it, and each shorter password whole, becomes "xxxxx". It over-approximates: text
-// that happens to spell part of a password goes too. gated applies it to the inner driver's
-// errors itself; Redact is for messages of other code that saw the DSN. Safe for concurrent use.
-func Redact(msg, dsn string) string {
-	return redact(msg, dsn)
-}
-
-// redact is Redact.
+// redact returns msg with every password that s holds removed (dsn.Redact).
 func redact(msg, s string) string { return dsn.Redact(msg, s) }
 
 // redactErr returns err with the passwords in dsn removed from its message; errors.As still finds

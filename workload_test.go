@@ -345,7 +345,7 @@ func TestGateNameSharesOneGateAndPool(t *testing.T) {
 // share a gate_name: a field added to Config and forgotten in sameGate would let two different
 // configurations share gates silently.
 func TestGateNameComparesEveryConfigField(t *testing.T) {
-	base := NewConfig()
+	base := dsnDefaults()
 	base.Name = "n"
 	typ := reflect.TypeOf(*base)
 	for i := range typ.NumField() {

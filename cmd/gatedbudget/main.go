@@ -40,6 +40,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -54,6 +55,8 @@ import (
 
 	"github.com/gatedsql/gated"
 	"github.com/gatedsql/gated/gatedbudget"
+	"github.com/gatedsql/gated/internal/dsn"
+	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -212,7 +215,11 @@ func printFleets(ctx context.Context, w io.Writer, db *sql.DB, dsns []string) er
 			continue
 		}
 		seen[cfg.Name+"\x00"+cfg.FleetTable] = true
-		members, err := gated.ReadFleet(ctx, db, cfg)
+		if cfg.Name == "" {
+			return fmt.Errorf("gate_fleet=on without a gate_name: no fleet to list")
+		}
+		table := cmp.Or(cfg.FleetTable, fleet.DefaultTable)
+		members, err := fleet.Read(ctx, db, cfg.Name, table)
 		if err != nil {
 			return err
 		}
@@ -264,12 +271,12 @@ func sameServer(dsns []string) error {
 // one; this also covers errors of the inner driver and of the network. A password that pgconn
 // takes from the environment or a password file rather than the DSN goes too.
 func scrub(msg string, dsns []string) string {
-	for _, dsn := range dsns {
-		msg = gated.Redact(msg, dsn)
-		if cfg, err := gated.ParseDSN(dsn); err == nil {
+	for _, d := range dsns {
+		msg = dsn.Redact(msg, d)
+		if cfg, err := gated.ParseDSN(d); err == nil {
 			if pc, err := pgconn.ParseConfig(cfg.DSN); err == nil && pc.Password != "" {
 				u := url.URL{Scheme: "postgres", User: url.UserPassword("", pc.Password), Host: "h"}
-				msg = gated.Redact(msg, u.String())
+				msg = dsn.Redact(msg, u.String())
 			}
 		}
 	}

@@ -7,18 +7,17 @@ import (
 	"time"
 )
 
-// A Record is one instance of a fleet as the fleet's table records it, field for field the
-// root's FleetMember, which documents each.
+// A Record is one instance of a fleet as the fleet's table records it.
 type Record struct {
-	ID         int32
-	Info       string
-	Joined     time.Time
-	LeaseLeft  time.Duration
-	Live       bool
-	Conns      int
-	Concurrent []int
-	Queue      []int
-	TotalConns int
+	ID         int32         // the member's id in the table
+	Info       string        // the instance's host and process id
+	Joined     time.Time     // when it joined, by the database's clock
+	LeaseLeft  time.Duration // until its lease expires by the database's clock; negative once expired
+	Live       bool          // counted in the fleet: lease not expired, or its lease connection still holds its lock
+	Conns      int           // its declared share of gate_max_conns, its working connections; its lease connection is one more (0: joining, fenced or without a seat)
+	Concurrent []int         // its declared share of each gate's B: the default workload's first, then gate_workloads'
+	Queue      []int         // its declared share of each gate's Q
+	TotalConns int           // the gate_max_conns it was configured with
 }
 
 // Read returns the members of the fleet name in table (a name ValidTable accepts), live or not,
