@@ -24,7 +24,7 @@ import (
 // the binding must know afterwards: the watch cut the socket short (the connection is broken),
 // the context ended while the driver gave up the connection (the server may still run the
 // statement: see session.mayRun), and the server's transaction status as the driver last heard
-// it. Nothing else records per-call state: the driver seam answers questions (innerConn) and is
+// it. Nothing else records per-call state: the driver seam answers questions (drivers.Conn) and is
 // told of a cancellation only through that record, when the connection is destroyed.
 //
 // A call is a value: begun with startCall (or startStatement) and ended with end (or finish),
@@ -52,8 +52,8 @@ type statement struct {
 
 // startCall begins a call under ctx on pc.
 func (pc *physConn) startCall(ctx context.Context) call {
-	pc.sess.tx = pc.inner.txStatus() // Raw may have run statements since the last call ended
-	c := call{pc: pc, ctx: ctx, before: pc.inner.sent()}
+	pc.sess.tx = pc.inner.TxStatus() // Raw may have run statements since the last call ended
+	c := call{pc: pc, ctx: ctx, before: pc.inner.Sent()}
 	if s := pc.sock; s != nil && pc.watched {
 		s.SetBusy(true)
 		c.w = s.Watch(ctx, sockconn.CancelGrace)
@@ -106,12 +106,12 @@ func (c *call) end() {
 	if c.w.End() {
 		pc.broken = true // its socket's deadline has passed
 	}
-	if c.ctx.Err() != nil && !pc.inner.alive() {
+	if c.ctx.Err() != nil && !pc.inner.Alive() {
 		// The driver gave the connection up because the context ended: the server may still
 		// run the statement, which destroying the connection must stop or await.
 		pc.sess.mayRun = true
 	}
-	pc.sess.tx = pc.inner.txStatus()
+	pc.sess.tx = pc.inner.TxStatus()
 }
 
 // endLeftoverWatch ends a watch still armed when the binding ends: the rows of a query that were

@@ -10,17 +10,18 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/fakedb"
 )
 
 // mayRunRecorder is the generic driver's knowledge, recording the mayRun its close was given.
 type mayRunRecorder struct {
-	genericConn
+	drivers.Conn
 	closedWith *atomic.Int32 // 0 not closed, 1 mayRun false, 2 mayRun true
 }
 
-func (r mayRunRecorder) close(mayRun bool) {
-	r.genericConn.close(mayRun)
+func (r mayRunRecorder) Close(mayRun bool) {
+	r.Conn.Close(mayRun)
 	if mayRun {
 		r.closedWith.Store(2)
 	} else {
@@ -34,8 +35,8 @@ func (r mayRunRecorder) close(mayRun bool) {
 func TestCancellationOfOneCallSurvivesTheNextCallOnTheBinding(t *testing.T) {
 	db, c, fd := openFake(t, "gate_max_conns=1", fakedb.BreakOnCancel())
 	var closedWith atomic.Int32
-	c.pool.wrap = func(dc driver.Conn, _ *sockConn) innerConn {
-		return mayRunRecorder{genericConn{dc}, &closedWith}
+	c.pool.wrap = func(dc driver.Conn, sock *sockConn) drivers.Conn {
+		return mayRunRecorder{drivers.NewGeneric(dc, sock), &closedWith}
 	}
 	sc, err := db.Conn(context.Background())
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // maxPhysicalTries bounds how many physical connections one operation tries when each reports
@@ -81,7 +83,7 @@ func (cn *conn) run(ctx context.Context, keepsFresh bool, op func(*physConn) err
 // succeeded (opRows) is handed to its rows (cn.handed), which end it at Close. The call emits
 // the statement event when op returns (not when it panics).
 //
-// When op fails and gated knows that nothing was sent (see innerConn.unsent: for pgx and lib/pq
+// When op fails and gated knows that nothing was sent (see drivers.Conn.Unsent: for pgx and lib/pq
 // no byte left the socket, for other drivers driver.ErrBadConn) on a binding without session
 // state yet, the dead connection is replaced and op run again while the permits stay held:
 // returning driver.ErrBadConn would make database/sql retry through the gate while this permit
@@ -128,7 +130,7 @@ func (cn *conn) runAs(ctx context.Context, kind opKind, op func(*physConn) error
 			}
 			return nil
 		}
-		if !pc.inner.unsent(err, before) {
+		if !pc.inner.Unsent(err, before) {
 			if kind != opFresh {
 				cn.fresh = false
 			}
@@ -187,7 +189,7 @@ func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, 
 	share := cn.c.stmts.acquire(query)
 	numInput := -1
 	err := cn.run(ctx, true, func(pc *physConn) error {
-		if !pc.inner.serverPrepares(query) {
+		if !pc.inner.ServerPrepares(query) {
 			return nil
 		}
 		st, err := pc.stmtFor(ctx, share)
@@ -275,17 +277,17 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 }
 
 // mayRetryStale reports whether an unprepared query that failed with err may run once more: the
-// server refused, before running anything (innerConn.refusedStale), a statement that the application prepared
-// for the same text (pgx runs an unprepared query on that one, so the copy is evicted either way)
-// or that the driver prepared and cached for it (innerConn.staleStatement) when the text is one
-// statement (oneStatement: a string of several may have committed some); and nothing else ran in
-// the binding, so no transaction was aborted by the failure. Any other failure, whatever its
-// SQLSTATE, is returned as it is.
+// server refused, before running anything (drivers.Conn.RefusedStale), a statement that the
+// application prepared for the same text (pgx runs an unprepared query on that one, so the copy is
+// evicted either way) or that the driver prepared and cached for it (drivers.Conn.StaleStatement)
+// when the text is one statement (drivers.OneStatement: a string of several may have committed
+// some); and nothing else ran in the binding, so no transaction was aborted by the failure. Any
+// other failure, whatever its SQLSTATE, is returned as it is.
 func (cn *conn) mayRetryStale(pc *physConn, query string, err error, retried bool) bool {
-	if err == nil || !pc.inner.refusedStale(err) {
+	if err == nil || !pc.inner.RefusedStale(err) {
 		return false
 	}
-	if !pc.evictQuery(query) && !(oneStatement(query) && pc.inner.staleStatement(err)) {
+	if !pc.evictQuery(query) && !(drivers.OneStatement(query) && pc.inner.StaleStatement(err)) {
 		return false
 	}
 	return !retried && cn.fresh

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/fleet"
 )
 
@@ -107,10 +108,10 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	if cfg.Name != "" {
 		app = cfg.Name
 	}
-	inner, wrap, err := newInner(cfg.Driver, cfg.DSN, innerOptions{app: app, params: newLimits(cfg).startupParams(), pooled: cfg.Pooler != "",
-		pgxBefore: cfg.PgxBeforeConnect, pgxAfter: cfg.PgxAfterConnect})
+	inner, wrap, err := drivers.New(cfg.Driver, cfg.DSN, drivers.Options{App: app, Params: newLimits(cfg).startupParams(), Pooled: cfg.Pooler != "",
+		PgxBefore: cfg.PgxBeforeConnect, PgxAfter: cfg.PgxAfterConnect})
 	if err != nil {
-		return nil, err
+		return nil, settingError(err)
 	}
 	set := &gateSet{cfg: *cfg.Clone()}
 	// cfg is normalized: orZero turns its None into the zero that gates and pools read as none.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/dsn"
 )
 
@@ -149,6 +150,21 @@ func splitGateKeys(s string) (inner string, params []dsn.Param, err error) {
 		err = &DSNError{Key: de.Key, Err: de.Err}
 	}
 	return inner, params, err
+}
+
+// settingError returns the driver seam's error about one of gated's settings (a driver that is not
+// registered, an inner DSN that a transaction pooler cannot serve) as the *DSNError of its key;
+// any other error unchanged.
+func settingError(err error) error {
+	var se *drivers.SettingError
+	if !errors.As(err, &se) {
+		return err
+	}
+	key := keyDriver
+	if se.Setting == drivers.SettingPooler {
+		key = keyPooler
+	}
+	return &DSNError{Key: key, Err: se.Err}
 }
 
 // checkInnerDSN refuses a DSN left for the inner driver that still holds a gate_ key, or a

@@ -20,6 +20,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // monoBase is the origin of monoNow.
@@ -126,7 +128,7 @@ func (o *observer) statementSlow(g *gate, start time.Duration, ctx context.Conte
 		return
 	}
 	var kind EventKind
-	switch sqlState(err) {
+	switch drivers.SQLState(err) {
 	case "57014":
 		// A query_canceled while the caller still waits was not caused by its context:
 		// statement_timeout (or someone's pg_cancel_backend) ended it.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/faultproxy"
 	"github.com/lib/pq"
 )
@@ -41,10 +42,10 @@ func within(t *testing.T, what string, limit time.Duration, done <-chan struct{}
 }
 
 // awaitCleanup waits until the cleanups of broken connections have given their permits back; they
-// may take as long as the driver's bounded cleanup (cleanupWait).
+// may take as long as the driver's bounded cleanup (drivers.CleanupWait).
 func awaitCleanup(t *testing.T, c *Connector) {
 	t.Helper()
-	deadline := time.Now().Add(cleanupWait + 5*time.Second)
+	deadline := time.Now().Add(drivers.CleanupWait + 5*time.Second)
 	for c.Stats().Running != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the cleanup never gave the permit back: %+v", c.Stats())
@@ -199,9 +200,9 @@ func TestStatementOnConnectionKilledWhileIdleRunsOnceElsewhere(t *testing.T) {
 
 // A statement whose write failed sent nothing and runs on a new connection, as soon as the
 // broken one is closed: the driver's farewell (pgx's Terminate, after which it waits for the
-// server to hang up) reaches the server, and the cleanup does not wait for cleanupWait (15 s)
-// with the only permit and connection slot. The write fails here by a deadline in the past, as
-// it does when a caller's context ends while the driver writes.
+// server to hang up) reaches the server, and the cleanup does not wait for drivers.CleanupWait
+// (15 s) with the only permit and connection slot. The write fails here by a deadline in the past,
+// as it does when a caller's context ends while the driver writes.
 func TestStatementWhoseWriteFailedRunsElsewhereWithoutWaitingForTheCleanup(t *testing.T) {
 	runPG(t, oneAtATime, func(t *testing.T, e *pgEnv) {
 		table := pgTable(t, e.adm, "id int")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/fleet"
 )
 
@@ -19,7 +20,7 @@ import (
 type innerLease struct{ pc *physConn }
 
 // dialLease opens a lease connection with connector, wrapping it as the pool does.
-func dialLease(ctx context.Context, connector driver.Connector, wrap func(driver.Conn, *sockConn) innerConn) (fleet.Conn, error) {
+func dialLease(ctx context.Context, connector driver.Connector, wrap drivers.Wrap) (fleet.Conn, error) {
 	dc, sock, err := connect(ctx, connector)
 	if err != nil {
 		return nil, err
@@ -67,26 +68,27 @@ func (l *innerLease) Exec(ctx context.Context, query string) error {
 
 func (l *innerLease) Close() { l.pc.close() }
 
-// SQLState and AnswerLost classify the lease connection's errors as every call's are (inner.go).
-func (l *innerLease) SQLState(err error) string { return sqlState(err) }
+// SQLState and AnswerLost classify the lease connection's errors as every call's are
+// (internal/drivers).
+func (l *innerLease) SQLState(err error) string { return drivers.SQLState(err) }
 
-func (l *innerLease) AnswerLost(err error) bool { return answerLost(err) }
+func (l *innerLease) AnswerLost(err error) bool { return drivers.AnswerLost(err) }
 
 // Waiter returns the inner connection's capability to wait for notifications, or nil when it
 // has none.
 func (l *innerLease) Waiter() fleet.Waiter {
-	if w, ok := l.pc.inner.(notifyWaiter); ok {
+	if w, ok := l.pc.inner.(drivers.NotifyWaiter); ok {
 		return leaseWaiter{w}
 	}
 	return nil
 }
 
-// leaseWaiter is a notifyWaiter as the fleet waits on it.
-type leaseWaiter struct{ w notifyWaiter }
+// leaseWaiter is a drivers.NotifyWaiter as the fleet waits on it.
+type leaseWaiter struct{ w drivers.NotifyWaiter }
 
 func (lw leaseWaiter) WaitNotify(ctx context.Context, self string) error {
-	err := lw.w.waitNotify(ctx, self)
-	if errors.Is(err, errNoNotifyWait) {
+	err := lw.w.WaitNotify(ctx, self)
+	if errors.Is(err, drivers.ErrNoNotifyWait) {
 		return fleet.ErrNoWait
 	}
 	return err

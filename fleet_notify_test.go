@@ -11,7 +11,7 @@ import (
 )
 
 // TestLeaseConnectionWaitsForANotification, with pgx and lib/pq: a lease connection that listens
-// to the fleet's channel returns from waitNotify when another connection notifies on it, ignores
+// to the fleet's channel returns from WaitNotify when another connection notifies on it, ignores
 // a notification with its own payload, returns the context's error when the context ends first,
 // and stays usable after each.
 func TestLeaseConnectionWaitsForANotification(t *testing.T) {
@@ -51,7 +51,7 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 			err = w.WaitNotify(short, "7")
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("waitNotify with an ended context: %v, want context.DeadlineExceeded", err)
+				t.Fatalf("WaitNotify with an ended context: %v, want context.DeadlineExceeded", err)
 			}
 			usable("after a wait that ended with its context")
 
@@ -79,7 +79,7 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 				})
 				wcancel()
 				if got != nil {
-					t.Fatalf("round %d: waitNotify: %v, want nil for a notification", round+1, got)
+					t.Fatalf("round %d: WaitNotify: %v, want nil for a notification", round+1, got)
 				}
 				usable("after a notification")
 			}
@@ -92,7 +92,7 @@ func TestLeaseConnectionWaitsForANotification(t *testing.T) {
 			err = w.WaitNotify(short, "7")
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("waitNotify after its own notification only: %v, want context.DeadlineExceeded", err)
+				t.Fatalf("WaitNotify after its own notification only: %v, want context.DeadlineExceeded", err)
 			}
 			usable("after its own notification")
 		})

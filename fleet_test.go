@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/faultproxy"
 	"github.com/gatedsql/gated/internal/fleet"
 	"github.com/gatedsql/gated/internal/pgtest"
@@ -171,7 +172,7 @@ func (ft *fleetTest) dialerWith(drv, base string) (func(context.Context) (fleet.
 	q := u.Query()
 	q.Del("gate_driver")
 	u.RawQuery = q.Encode()
-	connector, wrap, err := newInner(drv, u.String(), innerOptions{})
+	connector, wrap, err := drivers.New(drv, u.String(), drivers.Options{})
 	if err != nil {
 		ft.t.Fatal(err)
 	}
@@ -820,7 +821,7 @@ func BenchmarkFleetRefresh(b *testing.B) {
 					adm.Exec("DROP " + drop)
 				}
 			})
-			connector, wrap, err := newInner("pgx", pgtest.URL(b), innerOptions{})
+			connector, wrap, err := drivers.New("pgx", pgtest.URL(b), drivers.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -1012,7 +1013,7 @@ func TestFleetMembersOf010AndThisVersionShareOneTable(t *testing.T) {
 	// Runs before newFleetTest's cleanup, which drops the functions by name: one overload each.
 	t.Cleanup(func() { ft.adm.Exec("DROP FUNCTION IF EXISTS " + ft.table + fleetRefreshSignature010) })
 	defer ft.watchDeclared()()
-	connector, wrap, err := newInner("pgx", pgtest.URL(t), innerOptions{})
+	connector, wrap, err := drivers.New("pgx", pgtest.URL(t), drivers.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,12 @@ import (
 	"runtime"
 	"testing"
 	"weak"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
-// idConn is the least of a MySQL connection that mysqlConnector needs: it answers the id query.
+// idConn is the least of a MySQL connection that the MySQL connector of internal/drivers needs:
+// it answers the id query.
 type idConn struct{ closed bool }
 
 func (c *idConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("idConn: no Prepare") }
@@ -55,8 +58,8 @@ func TestMySQLConnectThatLosesTheRaceWithItsContextIsForgotten(t *testing.T) {
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
 		rc := &raceConnector{cancel: cancel}
-		mc := &mysqlConnector{inner: rc}
-		p := newPool(mc, mc.wrap, 1, 0, 0)
+		mc, wrap := drivers.NewMySQL(rc)
+		p := newPool(mc, wrap, 1, 0, 0)
 		pc, err := p.get(ctx)
 		switch {
 		case err == nil:

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // TxOptions are the options of [InTx]: the transaction's own, and the opt-in retry of
@@ -94,7 +96,7 @@ func inTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql
 
 // retryable reports whether err is a failure that a new transaction may not meet again.
 func retryable(err error) bool {
-	s := sqlState(err)
+	s := drivers.SQLState(err)
 	return s == "40001" || s == "40P01"
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/faultproxy"
 )
 
@@ -181,7 +182,7 @@ func TestInTxRetriesSerializationFailuresThroughTheGate(t *testing.T) {
 				_, err := tx.Exec(raise)
 				return err
 			})
-			if sqlState(err) != code || calls.Load() != 1 {
+			if drivers.SQLState(err) != code || calls.Load() != 1 {
 				t.Errorf("%s without retries: %v after %d runs, want the server's error after 1", code, err, calls.Load())
 			}
 		}

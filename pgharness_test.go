@@ -138,13 +138,7 @@ func idleSocket(c *Connector) *sockConn {
 	if len(c.pool.idle) != 1 {
 		return nil
 	}
-	switch ic := c.pool.idle[0].inner.(type) {
-	case *pgxConn:
-		return ic.sock
-	case *pqConn:
-		return ic.sock
-	}
-	return nil
+	return c.pool.idle[0].sock
 }
 
 // waitIdle waits until the gate of c has nothing running or waiting and no physical connection

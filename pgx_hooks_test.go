@@ -220,7 +220,7 @@ func TestPgxHooksCannotUndoGated(t *testing.T) {
 		c.pool.mu.Lock()
 		var sock *sockConn
 		if len(c.pool.idle) == 1 {
-			sock = c.pool.idle[0].inner.(*pgxConn).sock
+			sock = c.pool.idle[0].sock
 		}
 		c.pool.mu.Unlock()
 		if sock == nil {

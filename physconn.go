@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // A physConn is one connection of the inner driver. It is used by one goroutine at a time: the
@@ -16,7 +18,7 @@ import (
 // connection above it. What gated knows about the particular driver is behind inner.
 type physConn struct {
 	conn      driver.Conn
-	inner     innerConn
+	inner     drivers.Conn
 	createdAt int64         // pool clock (Unix ns) when opened, plus its lifetime jitter (pool.dial)
 	idleSince int64         // pool clock when last made idle
 	used      bool          // served an operation: reset before the next one
@@ -33,14 +35,11 @@ type physConn struct {
 	sweptAt uint64     // stmtRegistry.dead when the cache was last swept
 }
 
-// newPhysConn makes the physical connection of dc, which a connector of gated's own may have
-// returned as a dialedConn.
-func newPhysConn(dc driver.Conn, sock *sockConn, wrap func(driver.Conn, *sockConn) innerConn) *physConn {
+// newPhysConn makes the physical connection of dc, which the driver seam's connector may have
+// returned wrapped (drivers.Unwrap).
+func newPhysConn(dc driver.Conn, sock *sockConn, wrap drivers.Wrap) *physConn {
 	inner := wrap(dc, sock)
-	if d, ok := dc.(*dialedConn); ok {
-		dc = d.Conn
-	}
-	return &physConn{conn: dc, inner: inner, sock: sock, watched: inner.watchesSocket(), sess: session{tx: inner.txStatus()}}
+	return &physConn{conn: drivers.Unwrap(dc), inner: inner, sock: sock, watched: inner.WatchesSocket(), sess: session{tx: inner.TxStatus()}}
 }
 
 func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
@@ -49,8 +48,8 @@ func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
 }
 
 // reusable reports whether pc may serve another operation: open, idle on the server (as far as
-// the driver can tell: see innerConn.idle), and no statement may still run on it.
-func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc.inner.idle() }
+// the driver can tell: see drivers.Conn.Idle), and no statement may still run on it.
+func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc.inner.Idle() }
 
 // rested is called when pc goes back idle after a binding that left it reusable: nothing runs on
 // the server any more.
@@ -73,10 +72,10 @@ func (pc *physConn) answerAge() time.Duration {
 
 // alive reports whether the driver still considers the connection open; true when the driver
 // cannot tell.
-func (pc *physConn) alive() bool { return pc.inner.alive() }
+func (pc *physConn) alive() bool { return pc.inner.Alive() }
 
 // checkAfterRest is how long a used connection must have rested idle for its next operation to
-// check its socket before the first write (innerConn.checkBeforeWrite: one system call, 2–4 µs
+// check its socket before the first write (drivers.Conn.CheckBeforeWrite: one system call, 2–4 µs
 // here, the largest part of what gated adds to a SELECT 1 when operations follow one another at
 // once). A server hangs up on an idle connection when something outside it acts
 // (pg_terminate_backend, a restart, idle_session_timeout, a proxy's idle timeout); a connection
@@ -93,7 +92,7 @@ func (pc *physConn) reset(ctx context.Context, checkAfter time.Duration) error {
 		return nil
 	}
 	if monoNow()-pc.restedAt >= checkAfter {
-		pc.inner.checkBeforeWrite()
+		pc.inner.CheckBeforeWrite()
 	}
 	if r, ok := pc.conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)
@@ -103,13 +102,13 @@ func (pc *physConn) reset(ctx context.Context, checkAfter time.Duration) error {
 
 // close closes the connection and waits, bounded, until the driver's cleanup has finished.
 func (pc *physConn) close() {
-	if pc.inner.closeStmts() {
+	if pc.inner.CloseStmts() {
 		for _, ps := range pc.stmts {
 			ps.st.Close()
 		}
 	}
 	pc.stmts = nil
-	pc.inner.close(pc.sess.mayRun)
+	pc.inner.Close(pc.sess.mayRun)
 }
 
 func (pc *physConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -258,7 +257,7 @@ func stmtArgs(ci driver.Conn, st driver.Stmt, args []driver.NamedValue) ([]drive
 // begin begins a transaction. set, when not empty, is SET LOCAL statements that begin it too.
 func (pc *physConn) begin(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
 	if set != "" {
-		return pc.inner.beginSet(ctx, opts, set)
+		return pc.inner.BeginSet(ctx, opts, set)
 	}
 	if c, ok := pc.conn.(driver.ConnBeginTx); ok {
 		return c.BeginTx(ctx, opts)

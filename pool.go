@@ -11,12 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/sockconn"
 )
-
-// cleanupWait bounds how long a destroyed connection may keep its permit while the driver
-// finishes its asynchronous cleanup (pgx closes a cancelled connection in the background).
-const cleanupWait = 15 * time.Second
 
 // leftDialWait bounds how long a dial goes on after the caller that started it left (see dial).
 const leftDialWait = 15 * time.Second
@@ -29,7 +26,7 @@ const leftDialWait = 15 * time.Second
 // example one the reaper expired, and for one still opening for a caller that left (see dial).
 type pool struct {
 	connector driver.Connector
-	wrap      func(driver.Conn, *sockConn) innerConn // the driver seam, for each new connection
+	wrap      drivers.Wrap // the driver seam, for each new connection
 	maxConns  int
 	lifetime  time.Duration // 0 = no limit
 	idleTime  time.Duration // 0 = no limit
@@ -66,7 +63,7 @@ type pool struct {
 // error.
 const maxReapInterval = time.Second
 
-func newPool(c driver.Connector, wrap func(driver.Conn, *sockConn) innerConn, maxConns int, lifetime, idleTime time.Duration) *pool {
+func newPool(c driver.Connector, wrap drivers.Wrap, maxConns int, lifetime, idleTime time.Duration) *pool {
 	life, end := context.WithCancel(context.Background())
 	return &pool{connector: c, wrap: wrap, maxConns: maxConns, lifetime: lifetime, idleTime: idleTime, obs: &observer{}, checkRest: checkAfterRest, life: life, end: end}
 }

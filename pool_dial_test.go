@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // A dial belongs to the pool once its caller has left: it goes on, and the connection it opens
@@ -72,7 +74,7 @@ func leaveDuringDial(t *testing.T, p *pool, h *heldConnector) {
 
 func TestDialItsCallerLeftServesTheCallerWaitingForTheSlot(t *testing.T) {
 	h := newHeldConnector()
-	p := newPool(h, newGenericConn, 1, 0, 0)
+	p := newPool(h, drivers.NewGeneric, 1, 0, 0)
 	defer p.close()
 	leaveDuringDial(t, p, h)
 	// The one slot is the dial's: the next caller waits for the connection it opens.
@@ -99,7 +101,7 @@ func TestDialItsCallerLeftServesTheCallerWaitingForTheSlot(t *testing.T) {
 func TestDialItsCallerLeftThatFailsFreesItsSlot(t *testing.T) {
 	h := newHeldConnector()
 	h.fail = errors.New("connection refused")
-	p := newPool(h, newGenericConn, 1, 0, 0)
+	p := newPool(h, drivers.NewGeneric, 1, 0, 0)
 	defer p.close()
 	leaveDuringDial(t, p, h)
 	close(h.release)
@@ -116,7 +118,7 @@ func TestDialItsCallerLeftThatFailsFreesItsSlot(t *testing.T) {
 func TestDialItsCallerLeftEndsAfterLeftDialWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHeldConnector()
-		p := newPool(h, newGenericConn, 1, 0, 0)
+		p := newPool(h, drivers.NewGeneric, 1, 0, 0)
 		defer p.close()
 		left := time.Now()
 		leaveDuringDial(t, p, h)
@@ -135,7 +137,7 @@ func TestDialItsCallerLeftEndsAfterLeftDialWait(t *testing.T) {
 
 func TestCloseEndsADialItsCallerLeft(t *testing.T) {
 	h := newHeldConnector()
-	p := newPool(h, newGenericConn, 1, 0, 0)
+	p := newPool(h, drivers.NewGeneric, 1, 0, 0)
 	leaveDuringDial(t, p, h)
 	p.close() // returns once the dial has ended
 	select {
@@ -155,7 +157,7 @@ func TestDialItsCallerLeftIsClosedWhenThePoolClosedMeanwhile(t *testing.T) {
 	// The connection is made as close begins: the dial cannot tell, and close must not leave it
 	// open.
 	h := newHeldConnector()
-	p := newPool(h, newGenericConn, 1, 0, 0)
+	p := newPool(h, drivers.NewGeneric, 1, 0, 0)
 	leaveDuringDial(t, p, h)
 	p.mu.Lock()
 	p.closed = true // what close does first, under the lock

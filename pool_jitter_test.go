@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gatedsql/gated/internal/drivers"
 )
 
 // Connections opened together do not all reach their lifetime together: each draws its jitter
@@ -20,7 +22,7 @@ func TestLifetimeJitterSpreadsTheClosingOfConnectionsOpenedTogether(t *testing.T
 	)
 	synctest.Test(t, func(t *testing.T) {
 		fc := &closeRecorder{}
-		p := newPool(fc, newGenericConn, n, lifetime, 0)
+		p := newPool(fc, drivers.NewGeneric, n, lifetime, 0)
 		p.jitter = jitter
 		start := time.Now()
 		conns := make([]*physConn, n)

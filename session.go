@@ -8,13 +8,13 @@ package gated
 type session struct {
 	// tx is the transaction status the server last reported, as the driver heard it: 'I' idle,
 	// 'T' in a transaction, 'E' in a failed transaction; '?' when the driver does not report
-	// it (innerConn.txStatus).
+	// it (drivers.Conn.TxStatus).
 	tx byte
 	// stmtMs is the statement_timeout gated set on the session: 0 the startup value, -1 unknown.
 	stmtMs int64
 	// mayRun is latched by a call that ended with its context ended and its connection given up
 	// by the driver: the server may still run its statement, which the connection's destroy must
-	// stop or await (innerConn.close).
+	// stop or await (drivers.Conn.Close).
 	mayRun bool
 }
 

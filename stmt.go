@@ -51,7 +51,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 		if err := s.cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
-		if !pc.inner.serverPrepares(s.share.query) {
+		if !pc.inner.ServerPrepares(s.share.query) {
 			res, err = pc.exec(ctx, s.share.query, args)
 			return err
 		}
@@ -69,7 +69,7 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 		if err := s.cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
-		if !pc.inner.serverPrepares(s.share.query) {
+		if !pc.inner.ServerPrepares(s.share.query) {
 			rows, err = pc.query(ctx, s.share.query, args)
 			return err
 		}

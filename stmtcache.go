@@ -21,10 +21,11 @@ import (
 //     DISCARD ALL may have invalidated;
 //   - a copy the server refuses before running anything of it (0A000 "cached plan must not
 //     change result type", 26000 "prepared statement does not exist", each raised for the
-//     statement itself and not inside a procedure it calls; see staleRefusal) is evicted, and the
-//     statement retried once when nothing else ran in the binding;
+//     statement itself and not inside a procedure it calls; see internal/drivers'
+//     staleRefusal) is evicted, and the statement retried once when nothing else ran in the
+//     binding;
 //   - at most maxCachedStmts copies are kept per connection, the oldest closed first;
-//   - none at all when the inner DSN asks for no named statements (innerConn.serverPrepares),
+//   - none at all when the inner DSN asks for no named statements (drivers.Conn.ServerPrepares),
 //     as behind a transaction-pooling PgBouncer: the statement then runs unprepared (stmt.go).
 
 // maxCachedStmts bounds the prepared statements kept per physical connection.
@@ -99,7 +100,7 @@ func (pc *physConn) stmtFor(ctx context.Context, s *stmtShare) (driver.Stmt, err
 // running anything (refusedStale: a copy is always one statement sent with the extended protocol),
 // and reports whether it did. Any other failure leaves the copy in place and is not retried.
 func (pc *physConn) evictStale(err error, s *stmtShare) bool {
-	return pc.inner.refusedStale(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
+	return pc.inner.RefusedStale(err) && pc.evict(func(ps physStmt) bool { return ps.share == s })
 }
 
 // evictQuery removes pc's copy of the statement for query, and reports whether there was one.

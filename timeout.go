@@ -108,7 +108,7 @@ func (l limits) applySession(ctx context.Context, pc *physConn) error {
 	if set == "" {
 		return nil
 	}
-	if err := pc.inner.execSet(ctx, set); err != nil {
+	if err := pc.inner.ExecSet(ctx, set); err != nil {
 		return err
 	}
 	pc.sess.stmtMs = want

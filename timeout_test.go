@@ -174,7 +174,7 @@ func sentBytes(t *testing.T, c *Connector) int64 {
 	if len(c.pool.idle) != 1 {
 		t.Fatalf("%d idle physical connections, want 1", len(c.pool.idle))
 	}
-	return c.pool.idle[0].inner.sent()
+	return c.pool.idle[0].inner.Sent()
 }
 
 // The common path of gate_statement_timeout=deadline costs no round trip: statements outside a

@@ -16,7 +16,7 @@ type tx struct {
 var _ driver.Tx = (*tx)(nil)
 
 // Commit commits the physical transaction. When the COMMIT may have reached the server and no
-// answer came back (see innerConn.commitUnknown), the error wraps [ErrCommitUnknown]: the
+// answer came back (see drivers.Conn.CommitUnknown), the error wraps [ErrCommitUnknown]: the
 // transaction may or may not have been committed. Its error never wraps driver.ErrBadConn: a
 // caller must not take a failed COMMIT for one that never reached the server. Statements of
 // application statements closed in the transaction are closed first (a lib/pq COPY ends there).
@@ -26,13 +26,13 @@ func (t *tx) Commit() error {
 		return t.end(t.inner.Commit())
 	}
 	pc.sweep(t.cn.c.stmts)
-	pc.inner.checkBeforeWrite()
+	pc.inner.CheckBeforeWrite()
 	// A call of its own, under no context: database/sql gives Commit none, and the context of an
 	// earlier statement, ended or not, is none of the COMMIT's business.
 	cl := t.cn.startStatement(nil, t.cn.c.obs)
 	err := t.inner.Commit()
 	cl.finish(err)
-	unknown := err != nil && pc.inner.commitUnknown(err, cl.before)
+	unknown := err != nil && pc.inner.CommitUnknown(err, cl.before)
 	err = hideBadConn(t.end(err))
 	if unknown {
 		err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
@@ -56,7 +56,7 @@ func (t *tx) Rollback() error {
 
 func (t *tx) end(err error) error {
 	t.cn.txOpen = false
-	if err != nil && t.cn.pc != nil && !t.cn.pc.inner.endFailedTx() {
+	if err != nil && t.cn.pc != nil && !t.cn.pc.inner.EndFailedTx() {
 		t.cn.pc.broken = true
 	}
 	return err

@@ -40,7 +40,7 @@ import (
 //     counted, a statement that never left would be reported as one that may have run. Sent,
 //     because pgx then reads until the server closes its end, which the server does on
 //     Terminate: unsent, the cleanup, and the permit with it, would wait for its bound (gated's
-//     cleanupWait).
+//     drivers.CleanupWait).
 //   - For lib/pq only: Close waits until the backend hung up while a statement may still run
 //     on it (lib/pq sends a cancel request but closes its socket without waiting for the
 //     server, which would give the permit back while the backend still works), and a context
@@ -161,7 +161,7 @@ func (s *Conn) Close() error {
 			if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				// lib/pq closes its socket itself, in the caller's goroutine, when a context
 				// ended: the drain goes on in the background, and the connection's destroy
-				// (the root's pqConn.close) waits for it, so the permit follows it.
+				// (internal/drivers' pqConn.Close) waits for it, so the permit follows it.
 				s.drained = make(chan struct{})
 				go func() {
 					defer close(s.drained)

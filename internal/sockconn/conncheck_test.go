@@ -95,7 +95,7 @@ func TestSocketCountsNothingAfterTheServerWasFoundGone(t *testing.T) {
 // writes next is not counted. But it is sent: after a write cut short by a deadline, pgx's cleanup
 // writes Terminate and reads until the server closes its end, which the server does only on
 // Terminate; a socket that kept it back held the cleanup, and the connection's permit, for
-// cleanupWait (15 s).
+// drivers.CleanupWait (15 s).
 func TestSocketSendsButDoesNotCountTheFarewellAfterAFailedWrite(t *testing.T) {
 	client, server := tcpPair(t)
 	s := New(client, 0)

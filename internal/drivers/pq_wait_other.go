@@ -1,6 +1,6 @@
 //go:build !unix
 
-package gated
+package drivers
 
 import (
 	"context"
@@ -8,4 +8,4 @@ import (
 )
 
 // waitReadable cannot wait on a socket here: the fleet refreshes at its regular interval.
-func waitReadable(context.Context, net.Conn) error { return errNoNotifyWait }
+func waitReadable(context.Context, net.Conn) error { return ErrNoNotifyWait }

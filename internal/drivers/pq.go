@@ -1,4 +1,4 @@
-package gated
+package drivers
 
 import (
 	"context"
@@ -13,44 +13,45 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gatedsql/gated/internal/dsn"
 	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/lib/pq"
 )
 
-// newPQInner returns a lib/pq connector whose sockets gated dials (see sockConn): their Close
+// newPQ returns a lib/pq connector whose sockets gated dials (see sockconn.Conn): their Close
 // waits for the server while a statement may still run, and a context that ends interrupts
 // their blocking calls.
 //
 // A DSN lib/pq cannot read fails the first connection, not sql.Open, as with lib/pq itself
 // (whose driver reads the DSN only when it connects): the error wraps lib/pq's, whose type
 // errors.As still finds, with the password removed from its message.
-func newPQInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
-	cfg, err := pq.NewConfig(dsn)
+func newPQ(source string, o Options) (driver.Connector, Wrap, error) {
+	cfg, err := pq.NewConfig(source)
 	if err != nil {
-		return failedConnector{fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))}, newPQWrap(false), nil
+		return failedConnector{fmt.Errorf("gated: inner driver \"postgres\": %w", dsn.RedactError(err, source))}, newPQWrap(false), nil
 	}
-	if o.app != "" && cfg.ApplicationName == "" {
-		cfg.ApplicationName = o.app
+	if o.App != "" && cfg.ApplicationName == "" {
+		cfg.ApplicationName = o.App
 	}
-	if o.pooled && !cfg.BinaryParameters {
+	if o.Pooled && !cfg.BinaryParameters {
 		return nil, nil, errPoolerDSN("binary_parameters=yes")
 	}
-	if len(o.params) > 0 && cfg.Runtime == nil {
+	if len(o.Params) > 0 && cfg.Runtime == nil {
 		cfg.Runtime = map[string]string{}
 	}
-	for k, v := range o.params {
+	for k, v := range o.Params {
 		cfg.Runtime[k] = v
 	}
 	pc, err := pq.NewConnectorConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", redactErr(err, dsn))
+		return nil, nil, fmt.Errorf("gated: inner driver \"postgres\": %w", dsn.RedactError(err, source))
 	}
 	pc.Dialer(pqDialer{})
-	return pc, newPQWrap(o.pooled), nil
+	return pc, newPQWrap(o.Pooled), nil
 }
 
-func newPQWrap(unnamed bool) func(driver.Conn, *sockConn) innerConn {
-	return func(dc driver.Conn, sock *sockConn) innerConn {
+func newPQWrap(unnamed bool) Wrap {
+	return func(dc driver.Conn, sock *sockconn.Conn) Conn {
 		return &pqConn{dc: dc, sock: sock, unnamed: unnamed}
 	}
 }
@@ -80,7 +81,7 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
-	return sockconn.WrapDialed(ctx, c, cleanupWait, true), nil
+	return sockconn.WrapDialed(ctx, c, CleanupWait, true), nil
 }
 
 // pqConn is a lib/pq connection. lib/pq reports whether it is still usable (driver.Validator)
@@ -88,27 +89,27 @@ func (d pqDialer) DialContext(ctx context.Context, network, address string) (net
 // it in its connection, and gated reads it there (pqTxStatus).
 type pqConn struct {
 	dc   driver.Conn
-	sock *sockConn
+	sock *sockconn.Conn
 
 	unnamed bool // gate_pooler=transaction (with binary_parameters=yes): no named statements
 
-	// The notifications lib/pq read during statements, for waitNotify; set up by its first call.
+	// The notifications lib/pq read during statements, for WaitNotify; set up by its first call.
 	notifyOnce sync.Once
 	notifyMu   sync.Mutex
 	notified   []string // guarded by notifyMu: their payloads, at most maxPQNotified
 }
 
-func (c *pqConn) alive() bool { return c.dc.(driver.Validator).IsValid() }
-func (c *pqConn) idle() bool  { return c.alive() && c.txStatus() == 'I' }
+func (c *pqConn) Alive() bool { return c.dc.(driver.Validator).IsValid() }
+func (c *pqConn) Idle() bool  { return c.Alive() && c.TxStatus() == 'I' }
 
-func (c *pqConn) txStatus() byte { return pqTxStatus(c.dc) }
+func (c *pqConn) TxStatus() byte { return pqTxStatus(c.dc) }
 
-// watchesSocket: lib/pq cannot interrupt a blocked read or write when a context ends.
-func (c *pqConn) watchesSocket() bool { return true }
+// WatchesSocket: lib/pq cannot interrupt a blocked read or write when a context ends.
+func (c *pqConn) WatchesSocket() bool { return true }
 
-// close closes the connection; the socket's Close drains when a statement may still run, and
-// close waits for that.
-func (c *pqConn) close(bool) {
+// Close closes the connection; the socket's Close drains when a statement may still run, and
+// Close waits for that.
+func (c *pqConn) Close(bool) {
 	c.dc.Close()
 	if c.sock != nil {
 		c.sock.Close() // lib/pq may have left it open after a failed write
@@ -116,24 +117,24 @@ func (c *pqConn) close(bool) {
 	}
 }
 
-func (c *pqConn) sent() int64 { return sockSent(c.sock) }
+func (c *pqConn) Sent() int64 { return sockSent(c.sock) }
 
-func (c *pqConn) unsent(err error, before int64) bool {
-	return c.sock != nil && c.sock.Written() == before && !c.alive()
+func (c *pqConn) Unsent(err error, before int64) bool {
+	return c.sock != nil && c.sock.Written() == before && !c.Alive()
 }
 
-func (c *pqConn) commitUnknown(err error, before int64) bool {
-	return c.sock != nil && c.sock.Written() > before && !c.alive() && answerLost(err)
+func (c *pqConn) CommitUnknown(err error, before int64) bool {
+	return c.sock != nil && c.sock.Written() > before && !c.Alive() && AnswerLost(err)
 }
 
-// endFailedTx sends ROLLBACK unless the server reported the connection idle. The ROLLBACK is a
+// EndFailedTx sends ROLLBACK unless the server reported the connection idle. The ROLLBACK is a
 // call of its own, watched under a context of its own: lib/pq's would otherwise wait for as long
 // as a partition lasts.
-func (c *pqConn) endFailedTx() bool {
-	if !c.alive() {
+func (c *pqConn) EndFailedTx() bool {
+	if !c.Alive() {
 		return false
 	}
-	if c.txStatus() == 'I' {
+	if c.TxStatus() == 'I' {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endFailedTxTimeout)
@@ -146,7 +147,7 @@ func (c *pqConn) endFailedTx() bool {
 	if w.End() {
 		return false
 	}
-	return ok && c.idle()
+	return ok && c.Idle()
 }
 
 // pqTxStatus returns the transaction status that lib/pq recorded from the server's last
@@ -187,15 +188,15 @@ func findPQTxField(t reflect.Type) *pqTxFieldOf {
 	return f
 }
 
-func (c *pqConn) checkBeforeWrite() { armSock(c.sock) }
+func (c *pqConn) CheckBeforeWrite() { armSock(c.sock) }
 
-func (c *pqConn) closeStmts() bool { return false }
+func (c *pqConn) CloseStmts() bool { return false }
 
-// serverPrepares: behind a transaction pooler (gate_pooler, which requires binary_parameters=yes:
+// ServerPrepares: behind a transaction pooler (gate_pooler, which requires binary_parameters=yes:
 // lib/pq then sends a query with parameters as one unnamed Parse, Bind and Execute, which the
 // pooler keeps on one server connection) nothing is prepared on the server, except COPY: lib/pq runs COPY FROM STDIN only as a prepared statement
 // (pq.CopyIn), inside a transaction, where PgBouncer keeps the server connection.
-func (c *pqConn) serverPrepares(query string) bool { return !c.unnamed || startsWithCopy(query) }
+func (c *pqConn) ServerPrepares(query string) bool { return !c.unnamed || startsWithCopy(query) }
 
 // startsWithCopy reports whether query's first word, after white space and comments, is COPY,
 // as lib/pq decides whether Prepare starts a COPY.
@@ -213,41 +214,41 @@ func startsWithCopy(query string) bool {
 	}
 }
 
-// staleStatement: lib/pq caches no statements of its own.
-func (c *pqConn) staleStatement(error) bool { return false }
+// StaleStatement: lib/pq caches no statements of its own.
+func (c *pqConn) StaleStatement(error) bool { return false }
 
-// beginSet: lib/pq sends BEGIN on its own, so SET LOCAL costs a round trip after it.
-func (c *pqConn) beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+// BeginSet: lib/pq sends BEGIN on its own, so SET LOCAL costs a round trip after it.
+func (c *pqConn) BeginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
 	return beginThenSet(ctx, c.dc, opts, set)
 }
 
-func (c *pqConn) execSet(ctx context.Context, set string) error { return execSimple(ctx, c.dc, set) }
+func (c *pqConn) ExecSet(ctx context.Context, set string) error { return execSimple(ctx, c.dc, set) }
 
-// refusedStale reads lib/pq's error (see staleRefusal).
-func (c *pqConn) refusedStale(err error) bool {
+// RefusedStale reads lib/pq's error (see staleRefusal).
+func (c *pqConn) RefusedStale(err error) bool {
 	var e *pq.Error
 	return errors.As(err, &e) && staleRefusal(string(e.Code), e.Message, e.Where, e.Routine)
 }
 
 // pqNotifyPoll bounds how long a lib/pq lease connection waits on its socket before it sends an
-// empty statement anyway (see waitNotify): a notification lib/pq holds in its buffer is seen this
+// empty statement anyway (see WaitNotify): a notification lib/pq holds in its buffer is seen this
 // late at most.
 const pqNotifyPoll = time.Second
 
-// maxPQNotified bounds the payloads a lib/pq connection keeps between two waitNotify calls; one
+// maxPQNotified bounds the payloads a lib/pq connection keeps between two WaitNotify calls; one
 // not kept was not self's, since self's comes once per statement that notifies.
 const maxPQNotified = 16
 
-// waitNotify: lib/pq reads a notification only while it reads a statement's results (and hands
+// WaitNotify: lib/pq reads a notification only while it reads a statement's results (and hands
 // it to the connection's notification handler), and has nothing to wait on an idle connection.
 // So the first call sets the handler, which records the payloads; then, as long as none but self's
 // is recorded, it waits until the socket has something to read (waitReadable, which takes
 // nothing from it), or pqNotifyPoll at most, and lets lib/pq read it with an empty statement. The handler replaces any the
-// connection had: waitNotify is called only on the fleet's lease connection, which the
+// connection had: WaitNotify is called only on the fleet's lease connection, which the
 // application never sees.
-func (c *pqConn) waitNotify(ctx context.Context, self string) error {
+func (c *pqConn) WaitNotify(ctx context.Context, self string) error {
 	if c.sock == nil {
-		return errNoNotifyWait
+		return ErrNoNotifyWait
 	}
 	c.notifyOnce.Do(func() {
 		pq.SetNotificationHandler(c.dc, func(n *pq.Notification) {
@@ -283,7 +284,7 @@ func (c *pqConn) waitNotify(ctx context.Context, self string) error {
 			err = ctx.Err()
 		}
 		if err != nil {
-			if ctx.Err() != nil && c.alive() {
+			if ctx.Err() != nil && c.Alive() {
 				return ctx.Err()
 			}
 			return err

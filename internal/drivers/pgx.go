@@ -1,4 +1,4 @@
-package gated
+package drivers
 
 import (
 	"context"
@@ -9,36 +9,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatedsql/gated/internal/dsn"
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// newPgxInner returns a connector of the pgx v5 that gated imports, whatever another import
+// newPgx returns a connector of the pgx v5 that gated imports, whatever another import
 // registered under the name "pgx" (pgx v4 registers that name too), dialing through gated so
-// that each connection's socket is a sockConn, with Config's pgx hooks (inner_pgx_hooks.go).
+// that each connection's socket is a sockconn.Conn, with Config's pgx hooks (pgx_hooks.go).
 //
 // pgx keeps its default handling of an ended context: it closes the connection in the
 // background, sending a cancel request and then reading until the backend hangs up, and gated
 // releases the permit when that is done (pgconn.CleanupDone). pgx's alternative, a cancel request
 // on a connection that stays in use, is racy: the request can arrive late and cancel the
 // connection's next statement, and pgx pads every cancelled call with 100 ms.
-func newPgxInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+func newPgx(source string, o Options) (driver.Connector, Wrap, error) {
+	cfg, err := pgx.ParseConfig(source)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gated: inner driver \"pgx\": %w", redactErr(err, dsn))
+		return nil, nil, fmt.Errorf("gated: inner driver \"pgx\": %w", dsn.RedactError(err, source))
 	}
-	if o.app != "" && cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = o.app
+	if o.App != "" && cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = o.App
 	}
-	if o.pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+	if o.Pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
 		return nil, nil, errPoolerDSN("default_query_exec_mode=exec (or simple_protocol)")
 	}
-	for k, v := range o.params {
+	for k, v := range o.Params {
 		cfg.RuntimeParams[k] = v
 	}
-	prepares := !o.pooled
-	wrap := func(dc driver.Conn, sock *sockConn) innerConn {
+	prepares := !o.Pooled
+	wrap := func(dc driver.Conn, sock *sockconn.Conn) Conn {
 		return &pgxConn{dc: dc, pg: dc.(*stdlib.Conn).Conn().PgConn(), sock: sock, prepares: prepares}
 	}
 	return stdlib.GetConnector(*cfg, pgxConnectOptions(o)...), wrap, nil
@@ -49,23 +51,23 @@ func newPgxInner(dsn string, o innerOptions) (driver.Connector, func(driver.Conn
 type pgxConn struct {
 	dc   driver.Conn
 	pg   *pgconn.PgConn
-	sock *sockConn // nil if pgx dialed without gated (it never does)
+	sock *sockconn.Conn // nil if pgx dialed without gated (it never does)
 
 	prepares bool // not gate_pooler=transaction: db.Prepare prepares on the server, as pgx does
 }
 
-func (c *pgxConn) alive() bool { return !c.pg.IsClosed() }
+func (c *pgxConn) Alive() bool { return !c.pg.IsClosed() }
 
-func (c *pgxConn) idle() bool {
+func (c *pgxConn) Idle() bool {
 	return !c.pg.IsClosed() && !c.pg.IsBusy() && c.pg.TxStatus() == 'I'
 }
 
-func (c *pgxConn) txStatus() byte      { return c.pg.TxStatus() }
-func (c *pgxConn) watchesSocket() bool { return false } // pgx watches its context itself
+func (c *pgxConn) TxStatus() byte      { return c.pg.TxStatus() }
+func (c *pgxConn) WatchesSocket() bool { return false } // pgx watches its context itself
 
-func (c *pgxConn) close(bool) {
+func (c *pgxConn) Close(bool) {
 	c.dc.Close()
-	t := time.NewTimer(cleanupWait)
+	t := time.NewTimer(CleanupWait)
 	select {
 	case <-c.pg.CleanupDone():
 	case <-t.C:
@@ -73,31 +75,31 @@ func (c *pgxConn) close(bool) {
 	t.Stop()
 }
 
-func (c *pgxConn) sent() int64 { return sockSent(c.sock) }
+func (c *pgxConn) Sent() int64 { return sockSent(c.sock) }
 
-func (c *pgxConn) unsent(err error, before int64) bool {
+func (c *pgxConn) Unsent(err error, before int64) bool {
 	if c.sock == nil {
 		return false
 	}
 	return c.sock.Written() == before && c.pg.IsClosed()
 }
 
-func (c *pgxConn) commitUnknown(err error, before int64) bool {
-	return c.sock != nil && c.sock.Written() > before && c.pg.IsClosed() && answerLost(err)
+func (c *pgxConn) CommitUnknown(err error, before int64) bool {
+	return c.sock != nil && c.sock.Written() > before && c.pg.IsClosed() && AnswerLost(err)
 }
 
-// endFailedTx: pgx knows its transaction status; a connection left in a transaction is not
+// EndFailedTx: pgx knows its transaction status; a connection left in a transaction is not
 // idle and is destroyed.
-func (c *pgxConn) endFailedTx() bool { return c.idle() }
+func (c *pgxConn) EndFailedTx() bool { return c.Idle() }
 
-func (c *pgxConn) checkBeforeWrite() { armSock(c.sock) }
+func (c *pgxConn) CheckBeforeWrite() { armSock(c.sock) }
 
-func (c *pgxConn) closeStmts() bool { return false }
+func (c *pgxConn) CloseStmts() bool { return false }
 
-// beginSet begins the transaction on the *pgx.Conn itself, with set in BEGIN's simple-protocol
+// BeginSet begins the transaction on the *pgx.Conn itself, with set in BEGIN's simple-protocol
 // query (pgx.TxOptions.BeginQuery): one round trip, as without it. The isolation levels and
 // errors are those of pgx's stdlib BeginTx.
-func (c *pgxConn) beginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
+func (c *pgxConn) BeginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {
 	if c.pg.IsClosed() {
 		return nil, driver.ErrBadConn
 	}
@@ -137,47 +139,47 @@ type pgxTx struct {
 func (t pgxTx) Commit() error   { return t.tx.Commit(t.ctx) }
 func (t pgxTx) Rollback() error { return t.tx.Rollback(t.ctx) }
 
-// execSet sends set in one simple-protocol query.
-func (c *pgxConn) execSet(ctx context.Context, set string) error {
+// ExecSet sends set in one simple-protocol query.
+func (c *pgxConn) ExecSet(ctx context.Context, set string) error {
 	_, err := c.pg.Exec(ctx, set).ReadAll()
 	return err
 }
 
-// serverPrepares: as pgx's stdlib does, unless behind a transaction pooler (gate_pooler).
-func (c *pgxConn) serverPrepares(string) bool { return c.prepares }
+// ServerPrepares: as pgx's stdlib does, unless behind a transaction pooler (gate_pooler).
+func (c *pgxConn) ServerPrepares(string) bool { return c.prepares }
 
-func sockSent(s *sockConn) int64 {
+func sockSent(s *sockconn.Conn) int64 {
 	if s == nil {
 		return -1
 	}
 	return s.Written()
 }
 
-func armSock(s *sockConn) {
+func armSock(s *sockconn.Conn) {
 	if s != nil {
 		s.CheckBeforeWrite()
 	}
 }
 
-// staleStatement: pgx prepares and caches a statement for an unprepared query in its default
+// StaleStatement: pgx prepares and caches a statement for an unprepared query in its default
 // exec mode (cache_statement, the only one that keeps named statements), and drops it from its
-// cache when a query on it fails; a refusal of it (refusedStale) ran nothing. In the other modes
+// cache when a query on it fails; a refusal of it (RefusedStale) ran nothing. In the other modes
 // pgx caches no statement, and a refusal is of the query's own EXECUTE. The Config copy is made
 // on this rare path only.
-func (c *pgxConn) staleStatement(err error) bool {
-	return c.refusedStale(err) && c.dc.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+func (c *pgxConn) StaleStatement(err error) bool {
+	return c.RefusedStale(err) && c.dc.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
 }
 
-// refusedStale reads pgconn's error (see staleRefusal).
-func (c *pgxConn) refusedStale(err error) bool {
+// RefusedStale reads pgconn's error (see staleRefusal).
+func (c *pgxConn) RefusedStale(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && staleRefusal(e.Code, e.Message, e.Where, e.Routine)
 }
 
-// waitNotify waits with pgx's own WaitForNotification, which also returns the notifications that
+// WaitNotify waits with pgx's own WaitForNotification, which also returns the notifications that
 // arrived during earlier statements. An ended context sets a deadline on the socket
 // (pgconn.DeadlineContextWatcherHandler), which pgx does not take for a broken connection.
-func (c *pgxConn) waitNotify(ctx context.Context, self string) error {
+func (c *pgxConn) WaitNotify(ctx context.Context, self string) error {
 	conn := c.dc.(*stdlib.Conn).Conn()
 	for {
 		n, err := conn.WaitForNotification(ctx)

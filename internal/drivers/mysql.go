@@ -1,4 +1,4 @@
-package gated
+package drivers
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gatedsql/gated/internal/sockconn"
 )
 
 // MySQL and MariaDB through go-sql-driver/mysql (gate_driver=mysql), which the application
@@ -21,7 +23,7 @@ import (
 // therefore stops the statement itself: KILL QUERY <connection id>, sent over a session of its
 // own (a MySQL server takes a kill only from a session, and counts that session against
 // max_connections), and keeps the permit until information_schema.PROCESSLIST no longer shows the
-// connection running, at most cleanupWait.
+// connection running, at most CleanupWait.
 //
 // The connection id comes from SELECT CONNECTION_ID(), run once on every new connection, before it
 // serves anything: when the id is needed the connection is already closed. Ids are unique only
@@ -45,18 +47,25 @@ import (
 // killWaitStep bounds the pause between two looks at the process list after a kill.
 const killWaitStep = 20 * time.Millisecond
 
-func newMySQLInner(name, dsn string) (driver.Connector, func(driver.Conn, *sockConn) innerConn, error) {
-	ic, _, err := newGenericInner(name, dsn)
+func newMySQL(name, source string) (driver.Connector, Wrap, error) {
+	ic, _, err := newGeneric(name, source)
 	if err != nil {
 		return nil, nil, err
 	}
+	mc, wrap := NewMySQL(ic)
+	return mc, wrap, nil
+}
+
+// NewMySQL returns the connector that makes connections of ic, go-sql-driver/mysql's connector
+// (New gives it the registered driver's), learning each one's id, and the Wrap of its connections.
+func NewMySQL(ic driver.Connector) (driver.Connector, Wrap) {
 	mc := &mysqlConnector{inner: ic}
 	mc.killer.connector = ic
-	return mc, mc.wrap, nil
+	return mc, mc.wrap
 }
 
 // mysqlConnector makes connections of the inner connector and learns each one's id, which it
-// returns with the connection (dialedConn) for wrap to take out: it keeps nothing itself.
+// returns with the connection (dialed) for wrap to take out: it keeps nothing itself.
 type mysqlConnector struct {
 	inner  driver.Connector
 	killer mysqlKiller
@@ -75,7 +84,8 @@ var (
 )
 
 // Connect opens a connection and asks its id. A connection whose id cannot be read is closed:
-// gated could not stop its statements.
+// gated could not stop its statements. Its error may match driver.ErrBadConn: the pool hides that
+// from database/sql in every error of a connection it opens.
 func (c *mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	dc, err := c.inner.Connect(ctx)
 	if err != nil {
@@ -84,25 +94,25 @@ func (c *mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	v, err := queryInts(ctx, dc, "SELECT CONNECTION_ID(), @@server_id", 0, 1)
 	if err != nil {
 		dc.Close()
-		return nil, fmt.Errorf("gated: reading the new MySQL connection's id: %w", hideBadConn(err))
+		return nil, fmt.Errorf("gated: reading the new MySQL connection's id: %w", err)
 	}
-	return &dialedConn{Conn: dc, info: mysqlSession{id: v[0], serverID: v[1], opened: time.Now()}}, nil
+	return &dialed{Conn: dc, info: mysqlSession{id: v[0], serverID: v[1], opened: time.Now()}}, nil
 }
 
 func (c *mysqlConnector) Driver() driver.Driver { return c.inner.Driver() }
 
 // Close closes the killing session. The pool calls it when the Connector closes.
 func (c *mysqlConnector) Close() error {
-	c.killer.close()
+	c.killer.Close()
 	if cl, ok := c.inner.(io.Closer); ok {
 		return cl.Close()
 	}
 	return nil
 }
 
-func (c *mysqlConnector) wrap(dc driver.Conn, _ *sockConn) innerConn {
+func (c *mysqlConnector) wrap(dc driver.Conn, _ *sockconn.Conn) Conn {
 	var s mysqlSession
-	if d, ok := dc.(*dialedConn); ok {
+	if d, ok := dc.(*dialed); ok {
 		dc, s = d.Conn, d.info.(mysqlSession)
 	}
 	return &mysqlConn{genericConn: genericConn{dc}, session: s, killer: &c.killer}
@@ -116,12 +126,12 @@ type mysqlConn struct {
 	killer  *mysqlKiller
 }
 
-// close closes the connection and, when a call of its last binding ended with its context ended
+// Close closes the connection and, when a call of its last binding ended with its context ended
 // and the connection given up by the driver (mayRun: go-sql-driver/mysql closes its socket when a
 // context ends during a call, and the server goes on), stops the statement on the server and
 // waits until it no longer runs. Nothing else leads to a kill: a connection that failed for
 // another reason (a restart, say) may have an id that by now names another session.
-func (c *mysqlConn) close(mayRun bool) {
+func (c *mysqlConn) Close(mayRun bool) {
 	c.dc.Close()
 	if mayRun && c.session.id != 0 {
 		c.killer.stop(c.session)
@@ -139,14 +149,17 @@ type mysqlKiller struct {
 	closed   bool
 }
 
+// errKillerClosed is the killer's error once its Connector closed.
+var errKillerClosed = errors.New("gated: the connector is closed")
+
 // errOtherServer reports a session opened on another server, or in an earlier run of this one.
 var errOtherServer = errors.New("gated: the connection was opened on another MySQL server or before a restart; not killed")
 
 // stop sends KILL QUERY for session s and waits until the process list no longer shows it
-// running a command, at most cleanupWait. It gives up early, leaving the statement to the server,
+// running a command, at most CleanupWait. It gives up early, leaving the statement to the server,
 // when the killing session cannot be used or is not on s's server and run.
 func (k *mysqlKiller) stop(s mysqlSession) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupWait)
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupWait)
 	defer cancel()
 	id := strconv.FormatInt(s.id, 10)
 	err := k.do(ctx, func(dc driver.Conn) error {
@@ -190,7 +203,7 @@ func (k *mysqlKiller) do(ctx context.Context, f func(driver.Conn) error) error {
 	defer k.mu.Unlock()
 	for try := 0; ; try++ {
 		if k.closed {
-			return ErrClosed
+			return errKillerClosed
 		}
 		fresh := false
 		if k.dc == nil {
@@ -243,7 +256,7 @@ func (k *mysqlKiller) dropLocked() {
 	k.dc = nil
 }
 
-func (k *mysqlKiller) close() {
+func (k *mysqlKiller) Close() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.closed = true
@@ -252,18 +265,10 @@ func (k *mysqlKiller) close() {
 	}
 }
 
-// execOn runs a statement without arguments on dc, with database/sql's fallbacks.
-func execOn(ctx context.Context, dc driver.Conn, query string) error {
-	pc := &physConn{conn: dc}
-	_, err := pc.exec(ctx, query, nil)
-	return err
-}
-
 // queryInts runs a query without arguments on dc and returns the integers in the given columns
 // of its first row.
 func queryInts(ctx context.Context, dc driver.Conn, query string, cols ...int) ([]int64, error) {
-	pc := &physConn{conn: dc}
-	rows, err := pc.query(ctx, query, nil)
+	rows, err := queryOn(ctx, dc, query)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package gated
+package drivers
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 
 // waitReadable blocks until nc's socket has something to read or was closed by the peer, without
 // taking anything from it, or until ctx ends (then it returns ctx's error, the socket's read
-// deadline cleared again). It returns errNoNotifyWait for a socket it cannot wait on.
+// deadline cleared again). It returns ErrNoNotifyWait for a socket it cannot wait on.
 func waitReadable(ctx context.Context, nc net.Conn) error {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return errNoNotifyWait
+		return ErrNoNotifyWait
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return errNoNotifyWait
+		return ErrNoNotifyWait
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package gated
+package drivers
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 // configuration, then what gated owns is put back (pgx's default handling of an ended context,
 // gated's startup parameters, the application_name of gate_name, the exec mode a transaction
 // pooler needs), and last the dialer, the hook's or pgx's, is wrapped so that the socket is a
-// sockConn. Running after the hook, nothing the hook does can take the socket from gated. Its
+// sockconn.Conn. Running after the hook, nothing the hook does can take the socket from gated. Its
 // AfterConnect runs Config.PgxAfterConnect.
-func pgxConnectOptions(o innerOptions) []stdlib.OptionOpenDB {
+func pgxConnectOptions(o Options) []stdlib.OptionOpenDB {
 	before := func(ctx context.Context, cfg *pgx.ConnConfig) error {
-		if o.pgxBefore != nil {
+		if o.PgxBefore != nil {
 			if err := pgxRunBefore(ctx, cfg, o); err != nil {
 				return err
 			}
@@ -37,9 +37,9 @@ func pgxConnectOptions(o innerOptions) []stdlib.OptionOpenDB {
 		return nil
 	}
 	opts := []stdlib.OptionOpenDB{stdlib.OptionBeforeConnect(before)}
-	if o.pgxAfter != nil {
+	if o.PgxAfter != nil {
 		opts = append(opts, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
-			if err := o.pgxAfter(ctx, conn); err != nil {
+			if err := o.PgxAfter(ctx, conn); err != nil {
 				// stdlib returns AfterConnect's error without closing the connection.
 				conn.Close(ctx)
 				return fmt.Errorf("gated: Config.PgxAfterConnect: %w", err)
@@ -51,28 +51,28 @@ func pgxConnectOptions(o innerOptions) []stdlib.OptionOpenDB {
 }
 
 // pgxRunBefore runs Config.PgxBeforeConnect on cfg and puts back what gated owns.
-func pgxRunBefore(ctx context.Context, cfg *pgx.ConnConfig, o innerOptions) error {
+func pgxRunBefore(ctx context.Context, cfg *pgx.ConnConfig, o Options) error {
 	// stdlib hands each attempt a shallow copy, whose RuntimeParams, Fallbacks and TLSConfig
 	// every other attempt shares, perhaps at this moment: the hook gets a deep one.
 	*cfg = *cfg.Copy()
 	watcher := cfg.BuildContextWatcherHandler
-	if err := o.pgxBefore(ctx, cfg); err != nil {
+	if err := o.PgxBefore(ctx, cfg); err != nil {
 		return fmt.Errorf("gated: Config.PgxBeforeConnect: %w", err)
 	}
 	if cfg.DialFunc == nil {
 		return errors.New("gated: Config.PgxBeforeConnect left pgx.ConnConfig.DialFunc nil")
 	}
 	// gated releases a permit when pgx's asynchronous close of a cancelled connection has ended
-	// (see newPgxInner): another handler would break that.
+	// (see newPgx): another handler would break that.
 	cfg.BuildContextWatcherHandler = watcher
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	if o.app != "" && cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = o.app
+	if o.App != "" && cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = o.App
 	}
-	maps.Copy(cfg.RuntimeParams, o.params)
-	if o.pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+	maps.Copy(cfg.RuntimeParams, o.Params)
+	if o.Pooled && cfg.DefaultQueryExecMode != pgx.QueryExecModeExec && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
 		return fmt.Errorf("gated: Config.PgxBeforeConnect set DefaultQueryExecMode %v, which prepares named statements that a transaction pooler (gate_pooler=transaction) gives to other clients: keep exec or simple_protocol", cfg.DefaultQueryExecMode)
 	}
 	return nil
