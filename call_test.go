@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatedsql/gated/internal/drivers"
 	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/sockconn"
 )
 
 // mayRunRecorder is the generic driver's knowledge, recording the mayRun its close was given.
@@ -35,7 +36,7 @@ func (r mayRunRecorder) Close(mayRun bool) {
 func TestCancellationOfOneCallSurvivesTheNextCallOnTheBinding(t *testing.T) {
 	db, c, fd := openFake(t, "gate_max_conns=1", fakedb.BreakOnCancel())
 	var closedWith atomic.Int32
-	c.pool.wrap = func(dc driver.Conn, sock *sockConn) drivers.Conn {
+	c.pool.wrap = func(dc driver.Conn, sock *sockconn.Conn) drivers.Conn {
 		return mayRunRecorder{drivers.NewGeneric(dc, sock), &closedWith}
 	}
 	sc, err := db.Conn(context.Background())

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gatedsql/gated/internal/faultproxy"
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 )
@@ -132,7 +133,7 @@ func admin(t testing.TB) *sql.DB {
 }
 
 // idleSocket returns gated's socket of c's only idle connection, nil when there is none.
-func idleSocket(c *Connector) *sockConn {
+func idleSocket(c *Connector) *sockconn.Conn {
 	c.pool.mu.Lock()
 	defer c.pool.mu.Unlock()
 	if len(c.pool.idle) != 1 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/pgtest"
+	"github.com/gatedsql/gated/internal/sockconn"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
@@ -218,13 +219,13 @@ func TestPgxHooksCannotUndoGated(t *testing.T) {
 			t.Errorf("the hook's DialFunc ran %d times, want 1", dials.Load())
 		}
 		c.pool.mu.Lock()
-		var sock *sockConn
+		var sock *sockconn.Conn
 		if len(c.pool.idle) == 1 {
 			sock = c.pool.idle[0].sock
 		}
 		c.pool.mu.Unlock()
 		if sock == nil {
-			t.Error("the connection's socket is not gated's sockConn")
+			t.Error("the connection's socket is not gated's sockconn.Conn")
 		}
 		checkQuiet(t, db, c, 0)
 	})

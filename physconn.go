@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated/internal/drivers"
+	"github.com/gatedsql/gated/internal/sockconn"
 )
 
 // A physConn is one connection of the inner driver. It is used by one goroutine at a time: the
@@ -26,8 +27,8 @@ type physConn struct {
 	broken    bool          // must be destroyed rather than reused
 	closedFor CloseReason   // why it is destroyed; CloseBroken unless set (event.go)
 
-	sock    *sockConn // the socket gated dialed (pgx, lib/pq); nil otherwise
-	watched bool      // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
+	sock    *sockconn.Conn // the socket gated dialed (pgx, lib/pq); nil otherwise
+	watched bool           // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
 
 	sess session // what gated knows of the session on the server (session.go)
 
@@ -37,7 +38,7 @@ type physConn struct {
 
 // newPhysConn makes the physical connection of dc, which the driver seam's connector may have
 // returned wrapped (drivers.Unwrap).
-func newPhysConn(dc driver.Conn, sock *sockConn, wrap drivers.Wrap) *physConn {
+func newPhysConn(dc driver.Conn, sock *sockconn.Conn, wrap drivers.Wrap) *physConn {
 	inner := wrap(dc, sock)
 	return &physConn{conn: drivers.Unwrap(dc), inner: inner, sock: sock, watched: inner.WatchesSocket(), sess: session{tx: inner.TxStatus()}}
 }

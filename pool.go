@@ -112,8 +112,8 @@ func (p *pool) get(ctx context.Context) (*physConn, error) {
 
 // connect opens a connection with connector, dialed through gated (sock is its socket, nil when
 // gated's dialer did not make it), and bounded by ctx whatever the driver does.
-func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, sock *sockConn, err error) {
-	slot := new(atomic.Pointer[sockConn])
+func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, sock *sockconn.Conn, err error) {
+	slot := new(atomic.Pointer[sockconn.Conn])
 	// lib/pq does not bound setting a connection up by the context (without connect_timeout a
 	// server that accepts and never answers would hold the caller for ever): the context ending
 	// cuts the socket's calls short. pgx bounds it itself.
@@ -136,7 +136,7 @@ func connect(ctx context.Context, connector driver.Connector) (dc driver.Conn, s
 type dialing struct {
 	done chan struct{} // closed when the dial ended for a caller still waiting: dc, sock, err are set
 	dc   driver.Conn
-	sock *sockConn
+	sock *sockconn.Conn
 	err  error
 	left *time.Timer // set when the caller left: ends the dial after leftDialWait
 }
@@ -195,7 +195,7 @@ func (p *pool) dial(ctx context.Context) (*physConn, error) {
 }
 
 // dialedFor finishes a dial for the caller that waited for it under ctx.
-func (p *pool) dialedFor(ctx context.Context, start time.Duration, dc driver.Conn, sock *sockConn, err error) (*physConn, error) {
+func (p *pool) dialedFor(ctx context.Context, start time.Duration, dc driver.Conn, sock *sockconn.Conn, err error) (*physConn, error) {
 	canceled := callerEnded(ctx, err)
 	p.obs.dialed(start, ctx, canceled, err)
 	p.mu.Lock()
@@ -221,7 +221,7 @@ func (p *pool) dialedFor(ctx context.Context, start time.Duration, dc driver.Con
 // adopt finishes a dial whose caller left (ctx was its context; dctx the dial's): its connection
 // becomes idle, or is closed when the pool closed or shrank meanwhile; a failure frees the slot
 // and counts as the server's or network's unless the pool itself ended the dial (dctx).
-func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Context, dc driver.Conn, sock *sockConn, err error) {
+func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Context, dc driver.Conn, sock *sockconn.Conn, err error) {
 	if err != nil {
 		ours := dctx.Err() != nil
 		if !ours {
@@ -256,7 +256,7 @@ func (p *pool) adopt(ctx context.Context, start time.Duration, dctx context.Cont
 }
 
 // newConnLocked wraps a new driver connection and counts it opened.
-func (p *pool) newConnLocked(dc driver.Conn, sock *sockConn) *physConn {
+func (p *pool) newConnLocked(dc driver.Conn, sock *sockconn.Conn) *physConn {
 	p.opened++
 	pc := newPhysConn(dc, sock, p.wrap)
 	pc.createdAt = p.clock.Load()
