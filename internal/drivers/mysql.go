@@ -103,7 +103,7 @@ func (c *mysqlConnector) Driver() driver.Driver { return c.inner.Driver() }
 
 // Close closes the killing session. The pool calls it when the Connector closes.
 func (c *mysqlConnector) Close() error {
-	c.killer.Close()
+	c.killer.close()
 	if cl, ok := c.inner.(io.Closer); ok {
 		return cl.Close()
 	}
@@ -256,7 +256,7 @@ func (k *mysqlKiller) dropLocked() {
 	k.dc = nil
 }
 
-func (k *mysqlKiller) Close() {
+func (k *mysqlKiller) close() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.closed = true
