@@ -27,8 +27,9 @@ type physConn struct {
 	broken    bool          // must be destroyed rather than reused
 	closedFor CloseReason   // why it is destroyed; CloseBroken unless set (event.go)
 
-	sock    *sockconn.Conn // the socket gated dialed (pgx, lib/pq); nil otherwise
-	watched bool           // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
+	sock       *sockconn.Conn // the socket gated dialed (pgx, lib/pq); nil otherwise
+	watched    bool           // the driver cannot interrupt its socket's calls: each call watches its context (lib/pq)
+	checkEvery bool           // checked before every reuse, however short its rest (drivers.Conn.CheckEveryReuse: lib/pq)
 
 	sess session // what gated knows of the session on the server (session.go)
 
@@ -40,7 +41,7 @@ type physConn struct {
 // returned wrapped (drivers.Unwrap).
 func newPhysConn(dc driver.Conn, sock *sockconn.Conn, wrap drivers.Wrap) *physConn {
 	inner := wrap(dc, sock)
-	return &physConn{conn: drivers.Unwrap(dc), inner: inner, sock: sock, watched: inner.WatchesSocket(), sess: session{tx: inner.TxStatus()}}
+	return &physConn{conn: drivers.Unwrap(dc), inner: inner, sock: sock, watched: inner.WatchesSocket(), checkEvery: inner.CheckEveryReuse(), sess: session{tx: inner.TxStatus()}}
 }
 
 func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
@@ -81,18 +82,20 @@ func (pc *physConn) alive() bool { return pc.inner.Alive() }
 // once). A server hangs up on an idle connection when something outside it acts
 // (pg_terminate_backend, a restart, idle_session_timeout, a proxy's idle timeout); a connection
 // reused within this time of its last operation seldom meets that, and when it does, its
-// statement fails as with the plain driver (run again only when nothing of it was sent), which
-// checks a connection at most once a second (pgx's ResetSession).
+// statement fails as with the plain pgx (run again only when nothing of it was sent), whose
+// ResetSession checks a connection at most once a second. lib/pq's connections are checked
+// before every reuse (drivers.Conn.CheckEveryReuse).
 const checkAfterRest = time.Millisecond
 
-// reset prepares a used connection for a new operation: when it rested at least checkAfter
-// (the pool's checkAfterRest), its socket is checked before the next write (a server that hung
-// up while it was idle is found before anything is sent), then the driver's ResetSession runs.
+// reset prepares a used connection for a new operation: when it rested at least checkAfter (the
+// pool's checkAfterRest), or its driver wants it every time (lib/pq), its socket is checked
+// before the next write (a server that hung up while it was idle is found before anything is
+// sent), then the driver's ResetSession runs.
 func (pc *physConn) reset(ctx context.Context, checkAfter time.Duration) error {
 	if !pc.used {
 		return nil
 	}
-	if monoNow()-pc.restedAt >= checkAfter {
+	if pc.checkEvery || monoNow()-pc.restedAt >= checkAfter {
 		pc.inner.CheckBeforeWrite()
 	}
 	if r, ok := pc.conn.(driver.SessionResetter); ok {

@@ -74,6 +74,12 @@ type Conn interface {
 	// a used connection serves another operation, and before COMMIT: a connection that died
 	// before the statement was sent must be told from one lost after.
 	CheckBeforeWrite()
+	// CheckEveryReuse reports whether a used connection must be checked before every operation,
+	// however short its rest (the root skips the check on a connection reused within a
+	// millisecond): true where a statement sent to a session the server has ended fails with
+	// an error the plain driver makes database/sql run again (lib/pq reports it as
+	// driver.ErrBadConn), so that skipping the check would fail a call the plain driver serves.
+	CheckEveryReuse() bool
 	// StaleStatement reports whether err says that a statement the driver itself prepared and
 	// cached for an unprepared query is no longer valid on the server (pgx caches statements per
 	// connection; a migration or DISCARD ALL invalidates them), so that the server ran nothing

@@ -76,6 +76,8 @@ func (c genericConn) EndFailedTx() bool { return c.Alive() && sendRollback(c.dc,
 
 func (genericConn) CheckBeforeWrite() {}
 
+func (genericConn) CheckEveryReuse() bool { return false }
+
 // BeginSet and ExecSet: the root's Config.normalize refuses the timeouts for drivers other than
 // pgx and lib/pq, whose SQL gated cannot know; these follow PostgreSQL's in case one reaches them.
 func (c genericConn) BeginSet(ctx context.Context, opts driver.TxOptions, set string) (driver.Tx, error) {

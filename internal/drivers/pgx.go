@@ -94,6 +94,11 @@ func (c *pgxConn) EndFailedTx() bool { return c.Idle() }
 
 func (c *pgxConn) CheckBeforeWrite() { armSock(c.sock) }
 
+// CheckEveryReuse: a statement sent to a session the server ended fails with the server's
+// error (57P01), as with the plain pgx, whose ResetSession checks a connection at most once a
+// second.
+func (c *pgxConn) CheckEveryReuse() bool { return false }
+
 func (c *pgxConn) CloseStmts() bool { return false }
 
 // BeginSet begins the transaction on the *pgx.Conn itself, with set in BEGIN's simple-protocol

@@ -190,6 +190,11 @@ func findPQTxField(t reflect.Type) *pqTxFieldOf {
 
 func (c *pqConn) CheckBeforeWrite() { armSock(c.sock) }
 
+// CheckEveryReuse: lib/pq reports a statement sent to a session the server ended as
+// driver.ErrBadConn, which database/sql runs again on another connection with the plain lib/pq
+// (and which gated may not return: the statement was sent).
+func (c *pqConn) CheckEveryReuse() bool { return true }
+
 func (c *pqConn) CloseStmts() bool { return false }
 
 // ServerPrepares: behind a transaction pooler (gate_pooler, which requires binary_parameters=yes:
