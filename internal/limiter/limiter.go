@@ -370,7 +370,10 @@ func (a *Limit) warm(w *windowStats) {
 // 1.2–1.3 × the raised baseline, and one window of a faster stretch comes in below 1.2. Until then a rise from the
 // minimum must show just that to stay (gradientLimit.probeHolds): under a tenant that takes the
 // cores a second operation queues behind the tenant's (a third more hold time on two cores with
-// two competing sessions), on a slower machine or with a heavier query it does not. It is also
+// two competing sessions), on a slower machine or with a heavier query it does not. A rise
+// that stayed so and rises again in the same window is judged with the second rise, against
+// the limit before both: one lucky window must not leave the second permit standing, unconfirmed,
+// when the third's probe fails. It is also
 // proven when it falls back within gradientFlat of the one it replaced: the slowness has passed.
 type baseline struct {
 	value    time.Duration // 0 before the first window
@@ -659,7 +662,15 @@ func (a *gradientLimit) next(limit float64, w *windowStats) float64 {
 	if next <= cur {
 		return limit
 	}
-	a.probed, a.probeRTT, a.probeRate, a.fell = cur, w.rtt, servedRate(w), 0
+	a.fell = 0
+	if a.confirm > 0 && w.unproven {
+		// This window let a rise from an unproven baseline stay, unconfirmed, and rises
+		// again: the next window judges both against the limit before them, so that a
+		// second rise that fails takes back the first too (see baseline).
+		a.probed, a.confirm = a.confirm, 0
+	} else {
+		a.probed, a.probeRTT, a.probeRate = cur, w.rtt, servedRate(w)
+	}
 	return next
 }
 

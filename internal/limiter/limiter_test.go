@@ -1005,6 +1005,32 @@ func TestLimiterJudgesTheNextRiseByTheProbeAlone(t *testing.T) {
 	}
 }
 
+func TestLimiterTakesBackBothRisesFromAnUnprovenBaselineWhenTheSecondFails(t *testing.T) {
+	// A baseline of 6ms raised at the minimum, unproven (tolerance 9ms, gradientFlat 7.2ms).
+	// A rise from 1 to 2 stays on one window at 7ms, within gradientFlat, and that window rises
+	// again to 3, whose window queues: the rise to 2, which no window confirmed, goes back too.
+	// Against a proven baseline the rise to 2 stands (it was judged by the usual test).
+	base := 6 * time.Millisecond
+	for _, c := range []struct {
+		unproven bool
+		want     float64
+	}{{true, 1}, {false, 2}} {
+		g := new(gradientLimit)
+		win := func(raw time.Duration, inflight float64) *windowStats {
+			return &windowStats{rtt: raw, raw: raw, base: base, inflight: inflight, limited: true, ok: 100, unproven: c.unproven}
+		}
+		if up := g.next(1, win(millis(6.5), 1)); up != 2 {
+			t.Fatalf("unproven %v: no rise from 1 with the hold time at 1.08× the baseline: %v", c.unproven, up)
+		}
+		if up := g.next(2, win(millis(7), 2)); up != 3 {
+			t.Fatalf("unproven %v: the window at 2 within gradientFlat gave %v, want a rise to 3", c.unproven, up)
+		}
+		if got := g.next(3, win(millis(9.5), 3)); got != c.want {
+			t.Errorf("unproven %v: after the probe to 3 failed the limit is %v, want %v", c.unproven, got, c.want)
+		}
+	}
+}
+
 func TestLimiterFailedProbeNeverRaisesALimitLoweredMeanwhile(t *testing.T) {
 	g := new(gradientLimit)
 	base := 10 * time.Millisecond
