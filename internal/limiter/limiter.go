@@ -240,11 +240,7 @@ func (a *Limit) closeWindow(d time.Duration) {
 		a.reset()
 		return
 	}
-	usual := a.smoothed
-	if usual == 0 {
-		usual = w.rtt
-	}
-	w.rebased = a.base.update(w.rtt, usual, w.inflight, d, a.Current() <= a.min)
+	w.rebased = a.base.update(w.rtt, w.inflight, d, a.Current() <= a.min)
 	w.base, w.unproven = a.base.value, a.base.prior > 0
 	// One window's spike (a pause of the client, another tenant's burst) moves the algorithm
 	// a quarter as far; a real change, which lasts, most of the way within a few windows. Two
@@ -335,21 +331,20 @@ func (a *Limit) warm(w *windowStats) {
 }
 
 // A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never
-// becomes it: a median needs half a window's samples). A faster window pulls it down quickly
-// (time constant baselineFall) but not all the way: on a shared machine whose speed varies from
-// one stretch to the next, the fastest of many windows would sink it below any typical one, and
-// the limit with it. A slower window pulls it up slowly (baselineDrift), and only when it shows
-// no queueing at all (within gradientFlat of the baseline) at no more concurrency than the
-// baseline was measured at: so it follows the noise of the windows around it and nothing else.
-// A faster window measures it at its own concurrency only where the limit's usual hold time (the
-// windows' moving average before it) shows no queueing either, or at less concurrency: a
-// sleeping query at the ceiling, whose windows then keep the baseline from sinking to the
-// fastest of them. At a limit that usually queues, a faster window is a faster stretch of the
-// machine, not the no-load hold time: were the baseline measured there, the windows at the
-// limit within gradientFlat of it would raise it to the limit's own hold time, the tolerance with
-// it, and one more permit would project within it (traced on the test machine: a baseline from
-// 5.0 to 6.0 ms within 20 s at 3 permits, and probes to 4; simulated, a limit that climbs to the
-// ceiling, and another tenant's load that stays within the tolerance).
+// becomes it: a median needs half a window's samples), and only from windows at no more
+// concurrency than it was measured at (within half an operation), which measure it at theirs
+// when they ran fewer. A window at more concurrency says nothing of it: were the baseline
+// learnt there, the windows of a limit past the knee within gradientFlat of it would raise it to
+// that limit's own hold time, the tolerance with it, and one more permit would project within it
+// (traced on the test machine: a baseline from 5.0 to 6.0 ms within 20 s at 3 permits, and
+// probes to 4; simulated on four cores whose speed varies, a baseline measured at 5, 6 and then 7
+// permits, each a fifth slower than the last, and a limit that climbed to the ceiling); and were
+// it pulled down by the faster of them alone, it would sink to a fast stretch of the machine,
+// and the limit with it. A faster window pulls it down quickly (time constant baselineFall) but
+// not all the way: on a shared machine whose speed varies from one stretch to the next, the
+// fastest of many windows would sink it below any typical one. A slower window pulls it up
+// slowly (baselineDrift), and only when it shows no queueing at all (within gradientFlat of the
+// baseline): so it follows the noise of the windows around it and nothing else.
 // A window that is slower than that, even within the tolerance, leaves it where it is. Were the
 // baseline to follow such windows, another tenant's load taking the server's CPU would raise it
 // step by step while the limit stands, the known failure of limiters built on a moving baseline;
@@ -385,9 +380,9 @@ type baseline struct {
 }
 
 // update takes the median rtt of a window that lasted d with inflight operations running on
-// average, at the minimum limit or not, and usual, the moving average of the windows before it,
-// and reports whether it rebased: rose after lasting queueing at the minimum.
-func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
+// average, at the minimum limit or not, and reports whether it rebased: rose after lasting
+// queueing at the minimum.
+func (b *baseline) update(rtt time.Duration, inflight float64, d time.Duration, atMin bool) (rebased bool) {
 	if inflight > b.inflight+0.5 && rtt <= time.Duration(gradientFlat*float64(b.value)) {
 		if b.room++; b.room >= proofWindows {
 			b.prior = 0
@@ -398,10 +393,10 @@ func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Dur
 	switch {
 	case b.value == 0:
 		b.value, b.inflight = rtt, inflight
+	case inflight > b.inflight+0.5:
+		b.slow = 0
 	case rtt <= b.value:
-		if inflight < b.inflight || usual <= time.Duration(gradientFlat*float64(b.value)) {
-			b.inflight = inflight
-		}
+		b.inflight = min(b.inflight, inflight)
 		b.toward(rtt, d, baselineFall)
 		b.slow = 0
 		if b.value <= time.Duration(gradientFlat*float64(b.prior)) {
@@ -409,10 +404,8 @@ func (b *baseline) update(rtt, usual time.Duration, inflight float64, d time.Dur
 		}
 	case rtt <= time.Duration(gradientFlat*float64(b.value)):
 		b.slow = 0
-		if inflight <= b.inflight+0.5 {
-			b.toward(rtt, d, baselineDrift)
-			b.inflight = min(b.inflight, inflight)
-		}
+		b.toward(rtt, d, baselineDrift)
+		b.inflight = min(b.inflight, inflight)
 	case !atMin:
 		b.slow = 0
 	default:

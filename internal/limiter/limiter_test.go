@@ -612,33 +612,33 @@ func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *
 	near := func(got, want time.Duration) bool { return got > want-time.Microsecond && got < want+time.Microsecond }
 	win := 200 * time.Millisecond
 	var b baseline
-	b.update(millis(2), millis(2), 1, win, true)
+	b.update(millis(2), 1, win, true)
 	// Beyond the tolerance (3ms) above the minimum: the gate's own load, however long.
 	for range 20 {
-		if b.update(millis(8), millis(8), 3, win, false) || b.value != millis(2) {
+		if b.update(millis(8), 3, win, false) || b.value != millis(2) {
 			t.Fatalf("a window beyond the tolerance above the minimum moved the baseline to %v", b.value)
 		}
 	}
 	// Within the tolerance but beyond gradientFlat (2.4ms), at its concurrency: queueing,
 	// maybe another tenant's, which the limit must answer first.
 	for range 20 {
-		if b.update(millis(2.9), millis(2.9), 1, win, false); b.value != millis(2) {
+		if b.update(millis(2.9), 1, win, false); b.value != millis(2) {
 			t.Fatalf("a window at 1.45× the baseline moved it to %v", b.value)
 		}
 	}
 	// Within gradientFlat at more concurrency than it was measured at: no drift either.
-	b.update(millis(2.3), millis(2.3), 3, win, false)
+	b.update(millis(2.3), 3, win, false)
 	if b.value != millis(2) {
 		t.Fatalf("a window at 3 running moved a baseline measured at 1 to %v", b.value)
 	}
 	// Within gradientFlat at its concurrency: a tenth of the way (200ms of baselineDrift).
-	b.update(millis(2.3), millis(2.3), 1, win, true)
+	b.update(millis(2.3), 1, win, true)
 	if want := millis(2.03); !near(b.value, want) {
 		t.Fatalf("drift within gradientFlat: baseline %v, want %v", b.value, want)
 	}
 	// A faster window: two fifths of the way (200ms of baselineFall), not all of it, so that
 	// the luckiest of many noisy windows does not become the baseline.
-	b.update(millis(1.5), millis(1.5), 1, win, true)
+	b.update(millis(1.5), 1, win, true)
 	if want := millis(2.03 - 0.4*0.53); !near(b.value, want) {
 		t.Fatalf("after a faster window the baseline is %v, want %v", b.value, want)
 	}
@@ -646,18 +646,18 @@ func TestBaselineDriftsOnlyWithoutQueueingOrAfterLastingQueueingAtTheMinimum(t *
 	// window without queueing starts the count again.
 	for _, rtt := range []float64{5, 6, 4.5, 7, 2.1, 5, 6, 5.5, 4} {
 		before := b.value
-		if b.update(millis(rtt), millis(rtt), 1, 0, true) || b.value != before {
+		if b.update(millis(rtt), 1, 0, true) || b.value != before {
 			t.Fatalf("window of %vms: the baseline moved to %v before %d slow windows in a row", rtt, b.value, rebaseWindows)
 		}
 	}
-	if !b.update(millis(4.8), millis(4.8), 1, win, true) || b.value != millis(4) {
+	if !b.update(millis(4.8), 1, win, true) || b.value != millis(4) {
 		t.Fatalf("after %d slow windows in a row at the minimum the baseline is %v, want the lowest of them, 4ms", rebaseWindows, b.value)
 	}
 	// Within the tolerance (6ms) but beyond gradientFlat (4.8ms) at the minimum, windows on
 	// either side of the tolerance: lasting slowness all the same, where the gate can go no
 	// lower (a machine that runs slower, which the limit cannot answer).
 	for i, rtt := range []float64{5.9, 6.2, 5.6, 6.1, 5.7} {
-		rebased := b.update(millis(rtt), millis(rtt), 1, win, true)
+		rebased := b.update(millis(rtt), 1, win, true)
 		if last := i == rebaseWindows-1; rebased != last || !last && b.value != millis(4) {
 			t.Fatalf("window %d of %vms at the minimum: rebased %v, baseline %v", i+1, rtt, rebased, b.value)
 		}
@@ -672,13 +672,13 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	rebase := func(b *baseline, rtt time.Duration) {
 		t.Helper()
 		for i := range rebaseWindows {
-			if rebased := b.update(rtt, rtt, 1, win, true); rebased != (i == rebaseWindows-1) {
+			if rebased := b.update(rtt, 1, win, true); rebased != (i == rebaseWindows-1) {
 				t.Fatalf("window %d of %v at the minimum: rebased %v", i+1, rtt, rebased)
 			}
 		}
 	}
 	var b baseline
-	b.update(millis(2), millis(2), 1, win, true)
+	b.update(millis(2), 1, win, true)
 	if b.prior != 0 {
 		t.Fatalf("a first baseline is unproven")
 	}
@@ -687,7 +687,7 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 		t.Fatalf("after a rebase: baseline %v, replacing %v; want 3ms replacing 2ms", b.value, b.prior)
 	}
 	// At the concurrency it was measured at, no window proves it.
-	b.update(millis(3.2), millis(3.2), 1, win, true)
+	b.update(millis(3.2), 1, win, true)
 	if b.prior == 0 {
 		t.Fatalf("a window at the minimum within gradientFlat proved the baseline")
 	}
@@ -697,14 +697,14 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 		t.Fatalf("after a second rebase the baseline replaced is %v, want 2ms", b.prior)
 	}
 	// Queueing at more concurrency proves nothing; no queueing there proves it.
-	b.update(millis(5.2), millis(5.2), 2, win, false)
+	b.update(millis(5.2), 2, win, false)
 	if b.prior == 0 {
 		t.Fatalf("a window at 2 running at 1.3× the baseline proved it")
 	}
 	// One window at 2 running within gradientFlat may be a faster stretch of the machine
 	// under another tenant's load; two in a row prove it.
 	for i, want := range []bool{false, true} {
-		b.update(millis(4.4), millis(4.4), 2, win, false)
+		b.update(millis(4.4), 2, win, false)
 		if proven := b.prior == 0; proven != want || b.value != millis(4) {
 			t.Fatalf("window %d at 2 running within gradientFlat: baseline %v, proven %v; want 4ms, proven %v", i+1, b.value, proven, want)
 		}
@@ -713,7 +713,7 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	rebase(&b, millis(6))
 	for b.prior != 0 {
 		before := b.value
-		b.update(millis(4), millis(4), 1, win, true)
+		b.update(millis(4), 1, win, true)
 		if b.prior != 0 && b.value <= time.Duration(gradientFlat*float64(millis(4))) {
 			t.Fatalf("baseline %v within gradientFlat of the 4ms it replaced, still unproven", b.value)
 		}
@@ -723,31 +723,36 @@ func TestBaselineRaisedAtTheMinimumIsUnprovenUntilTheServerShowsRoom(t *testing.
 	}
 }
 
-func TestBaselineIsNotMeasuredAtALimitThatQueuesByOneLuckyWindow(t *testing.T) {
+func TestBaselineLearnsOnlyFromWindowsAtNoMoreConcurrencyThanItWasMeasuredAt(t *testing.T) {
 	// Measured at 2 running, 5ms. At 3 the hold time is usually 6.5ms (1.3×: queueing); one
-	// window of a faster stretch of the machine comes in at 4.8ms. It pulls the baseline down,
-	// but the baseline is not measured at 3 from then on: were it, the usual windows at 3 within
-	// gradientFlat of it would pull it up to the hold time at 3, and the tolerance with it.
+	// window of a faster stretch of the machine comes in at 4.8ms, and others within
+	// gradientFlat of the baseline. None of them moves it: were it measured at 3, the usual
+	// windows there would pull it up to the hold time at 3, and the tolerance with it; were it
+	// pulled down by the fast ones alone, it would sink below any typical window. At the
+	// ceiling of a sleeping query, 8 running, the same: the baseline is what 2 showed.
 	win := 200 * time.Millisecond
 	var b baseline
-	b.update(millis(5), millis(5), 2, win, false)
-	b.update(millis(4.8), millis(6.5), 3, win, false)
-	if b.inflight != 2 {
-		t.Fatalf("one fast window at a limit that usually queues measured the baseline at %.0f running", b.inflight)
+	b.update(millis(5), 2, win, false)
+	for _, w := range []struct {
+		rtt      time.Duration
+		inflight float64
+	}{{millis(4.8), 3}, {millis(5.9), 3}, {millis(5.5), 3}, {millis(4.2), 8}, {millis(5.8), 8}} {
+		for range 20 {
+			b.update(w.rtt, w.inflight, win, false)
+		}
+		if b.value != millis(5) || b.inflight != 2 {
+			t.Fatalf("windows of %v at %.0f running moved the baseline to %v measured at %.1f running", w.rtt, w.inflight, b.value, b.inflight)
+		}
 	}
-	before := b.value
-	for range 50 {
-		b.update(millis(5.9), millis(6.5), 3, win, false)
+	// A window at 2.5 running, within half an operation of 2, does move it, and one at fewer
+	// running measures it there.
+	b.update(millis(5.5), 2.5, win, false)
+	if b.value <= millis(5) || b.inflight != 2 {
+		t.Errorf("a window of 5.5ms at 2.5 running: baseline %v measured at %.1f running, want above 5ms at 2", b.value, b.inflight)
 	}
-	if b.value != before {
-		t.Errorf("windows at 3 within gradientFlat of the baseline moved it from %v to %v", before, b.value)
-	}
-	// At a limit whose usual hold time shows no queueing (a sleeping query at the ceiling), a
-	// faster window does measure the baseline at its concurrency, so that the baseline follows
-	// the windows there and does not sink to the fastest of them.
-	b.update(millis(4.7), millis(5.3), 8, win, false)
-	if b.inflight != 8 {
-		t.Errorf("a faster window at a limit without queueing left the baseline measured at %.0f running", b.inflight)
+	b.update(millis(4.5), 1, win, false)
+	if b.inflight != 1 {
+		t.Errorf("a faster window at 1 running left the baseline measured at %.1f running", b.inflight)
 	}
 }
 
