@@ -328,9 +328,9 @@ func (a *Limit) descend(w *windowStats, pressed bool) {
 // coldWindows of them the baseline is the second fastest of their medians, measured at their
 // mean concurrency, and the limit goes back to the lowest one that served as much as any. One
 // window's median runs in one stretch of a machine whose speed varies, a fifth or more off the
-// no-load hold time (the slowest of two windows, 1.3 × too high, and a tenant's load hid within
-// the tolerance; the fastest of two, 0.7 ×, and a sleeping query lost a permit for minutes); the
-// baseline learns little after the cold start (see baseline), so it is measured over a second.
+// no-load hold time (one window, 1.3 × too high, and a tenant's load hid within the tolerance;
+// the faster of two, 0.7 ×, and a sleeping query lost a permit for minutes); the baseline
+// learns little after the cold start (see baseline), so it is measured over a second.
 // The second fastest, not the middle one: behind another tenant a second operation makes the
 // hold time 1.6 × the no-load one, and a baseline a tenth too high hides that within the
 // tolerance; not the fastest, one window of a fast stretch.
