@@ -9,7 +9,6 @@ import (
 	"errors"
 	"math"
 	"math/bits"
-	"slices"
 	"time"
 )
 
@@ -110,8 +109,6 @@ const (
 	// coldFaster: a halving in the cold start whose window served this much more than any
 	// before it shows a machine that got faster, not a lower limit that serves more.
 	coldFaster = 1.5
-	// coldWindows: windows at the limit where the descent ends that measure the baseline.
-	coldWindows = 5
 )
 
 // A Limit is the state of one gate's gate_concurrent=auto. Its caller serializes every call.
@@ -140,9 +137,6 @@ type Limit struct {
 	coldRate float64       // the most a window served since the descent began
 	coldKeep float64       // the lowest limit whose window served within gradientProbeGain of that
 	coldRTT  time.Duration // the median hold time of the window before the last halving, 0 before the descent
-	coldN    int           // windows measured at the bottom of the descent, 0 while it goes on
-	coldRaw  [coldWindows]time.Duration
-	coldRun  float64 // the sum of their mean running operations
 }
 
 // New returns a limit between min and the ceiling max that starts at max: a fresh gate serves
@@ -170,7 +164,7 @@ func (a *Limit) Current() int {
 func (a *Limit) SetCeiling(ceiling int) {
 	a.max = ceiling
 	a.limit = min(a.limit, float64(max(ceiling, a.min)))
-	if a.cold && a.coldRTT == 0 && a.coldN == 0 {
+	if a.cold && a.coldRTT == 0 {
 		// Not yet descending: a fresh gate serves what a fixed B at its ceiling serves.
 		a.limit = float64(max(ceiling, a.min))
 	}
@@ -218,8 +212,8 @@ func (a *Limit) forget() {
 	a.hist.reset()
 	a.ok, a.overload, a.failed, a.sumRun, a.limited, a.waited = 0, 0, 0, 0, 0, 0
 	a.prevRaw = 0
-	if a.cold && (a.coldRTT > 0 || a.coldN > 0) {
-		a.limit, a.coldRate, a.coldRTT, a.coldN, a.coldRun = a.coldKeep, 0, 0, 0, 0
+	if a.cold && a.coldRTT > 0 {
+		a.limit, a.coldRate, a.coldRTT = a.coldKeep, 0, 0
 	}
 	a.alg.forget()
 }
@@ -281,9 +275,10 @@ func (a *Limit) reset() {
 // descend is the cold start. A fresh gate has no no-load hold time to compare with, so it starts
 // at its ceiling and serves what a fixed B there serves. When operations wait (demand exceeds the
 // limit), it halves the limit, window by window, for as long as a halving shortens the hold time
-// (by more than gradientFlat: fewer operations queue less), down to the minimum at most. The
-// limit whose halving shortened nothing shows no queueing: it stays there for coldWindows
-// windows, which measure the baseline (see measure). The limit then goes back to the lowest one that served as much as any (by Little's law, within
+// (by more than gradientFlat: fewer operations queue less), down to the minimum at most. The last
+// window, whose halving shortened nothing, and the one before it show no queueing and measure
+// the baseline (see warm). The limit
+// then goes back to the lowest one that served as much as any (by Little's law, within
 // gradientProbeGain of the most a window served), and the gradient rule takes over. Past a
 // CPU-bound server's cores fewer operations serve as much, each sooner, and the limit stays
 // low; a sleeping query loses one window at half the limit, once. A halving never serves far more
@@ -293,10 +288,6 @@ func (a *Limit) reset() {
 // baseline, instead of reading the shorter hold times as queueing that the halvings cured. Waits
 // and refusals never count, only what the database served.
 func (a *Limit) descend(w *windowStats, pressed bool) {
-	if a.coldN > 0 {
-		a.measure(w)
-		return
-	}
 	if !pressed {
 		// Demand fits the limit: nothing to learn. Halvings it no longer judges are undone.
 		if a.coldRTT > 0 {
@@ -317,43 +308,26 @@ func (a *Limit) descend(w *windowStats, pressed bool) {
 		a.coldRate, a.coldKeep = max(a.coldRate, rate), float64(a.Current())
 	}
 	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT || a.Current() <= a.min {
-		a.measure(w)
+		a.limit = a.coldKeep
+		a.warm(w)
 		return
 	}
 	a.coldRTT = w.raw
 	a.limit = max(float64(a.min), math.Floor(float64(a.Current())/2))
 }
 
-// measure takes w, a window at the limit where the descent ends, for the baseline. After
-// coldWindows of them the baseline is the second fastest of their medians, measured at their
-// mean concurrency, and the limit goes back to the lowest one that served as much as any. One
-// window's median runs in one stretch of a machine whose speed varies, a fifth or more off the
-// no-load hold time (one window, 1.3 × too high, and a tenant's load hid within the tolerance;
-// the faster of two, 0.7 ×, and a sleeping query lost a permit for minutes); the baseline
-// learns little after the cold start (see baseline), so it is measured over a second.
-// The second fastest, not the middle one: behind another tenant a second operation makes the
-// hold time 1.6 × the no-load one, and a baseline a tenth too high hides that within the
-// tolerance; not the fastest, one window of a fast stretch.
-func (a *Limit) measure(w *windowStats) {
-	a.coldRaw[a.coldN], a.coldRun = w.raw, a.coldRun+w.inflight
-	if a.coldN++; a.coldN < coldWindows {
-		return
-	}
-	raw := a.coldRaw
-	slices.Sort(raw[:])
-	base := raw[1]
-	a.limit = a.coldKeep
-	a.cold, a.coldRate, a.coldRTT, a.coldN = false, 0, 0, 0
-	a.base.value, a.base.inflight = base, a.coldRun/coldWindows
-	a.coldRun = 0
-	a.smoothed, a.prevRaw = base, base
-}
-
-// warm ends the cold start with the baseline w measured, at w's concurrency.
+// warm ends the cold start with the baseline w measured: the faster of w's median and the one
+// before the last halving when that halving shortened nothing (both windows showed no
+// queueing, and the slower of them ran in a slower stretch of the machine), measured at w's
+// concurrency, the lower.
 func (a *Limit) warm(w *windowStats) {
+	base := w.raw
+	if a.coldRTT > 0 && time.Duration(gradientFlat*float64(w.raw)) >= a.coldRTT {
+		base = min(base, a.coldRTT)
+	}
 	a.cold, a.coldRate, a.coldRTT = false, 0, 0
-	a.base.value, a.base.inflight = w.raw, w.inflight
-	a.smoothed, a.prevRaw = w.raw, w.raw
+	a.base.value, a.base.inflight = base, w.inflight
+	a.smoothed, a.prevRaw = base, base
 }
 
 // A baseline is the no-load hold time, learnt from window medians (so that one fast outlier never
