@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gatedsql/gated/internal/testkit"
 	"github.com/gatedsql/gated/internal/testwait"
 )
 
@@ -173,31 +174,14 @@ func TestGateContextDeadlineBeforeQueueWait(t *testing.T) {
 	})
 }
 
-// endedCtx reports its error before its Done channel closes, so a test can make a queued waiter's
-// context end without waking the waiter.
-type endedCtx struct {
-	context.Context
-	ended atomic.Bool
-	done  chan struct{}
-}
-
-func (c *endedCtx) Done() <-chan struct{} { return c.done }
-
-func (c *endedCtx) Err() error {
-	if c.ended.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-
 func TestGateNeverHandsPermitToEndedWaiter(t *testing.T) {
 	g := newTestGate(1, 2, time.Minute)
 	mustAcquire(t, g)
-	ctx := &endedCtx{Context: context.Background(), done: make(chan struct{})}
+	ctx := testkit.NewEndedContext()
 	first := acquireAsync(t, g, ctx)
 	second := acquireAsync(t, g, context.Background())
 
-	ctx.ended.Store(true) // the first waiter is still queued and asleep
+	ctx.End() // the first waiter is still queued and asleep
 	g.release(nil)
 	if err := <-second; err != nil {
 		t.Fatalf("second waiter: %v", err)
@@ -207,7 +191,7 @@ func TestGateNeverHandsPermitToEndedWaiter(t *testing.T) {
 		t.Fatalf("first waiter, whose context ended, returned %v before its Done closed", err)
 	default:
 	}
-	close(ctx.done)
+	ctx.Close()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first waiter: got %v, want context.Canceled", err)
 	}

@@ -109,9 +109,9 @@ func TestUnknownWorkloadFailsAtOnceHoldingNothing(t *testing.T) {
 		ctx := WithWorkload(context.Background(), "reprot")
 		before, opened := allAttempts(e.c), e.c.Stats().Pool.Opened
 		for _, op := range gateOps {
-			err := op.run(ctx, e.db)
+			err := op.Run(ctx, e.db)
 			if !errors.Is(err, ErrUnknownWorkload) || !strings.Contains(err.Error(), `"reprot"`) || IsRejected(err) {
-				t.Errorf("%s under an unknown workload: %v, want an error wrapping ErrUnknownWorkload naming it", op.name, err)
+				t.Errorf("%s under an unknown workload: %v, want an error wrapping ErrUnknownWorkload naming it", op.Name, err)
 			}
 		}
 		if after := allAttempts(e.c); after != before {

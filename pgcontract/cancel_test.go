@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // Work that goes on after the caller gave up: a cancelled or timed-out statement keeps its
 // permit until the server has stopped working for it (I4), in a transaction, outside one and
@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated"
 )
 
 // A cancelStatement runs on the server until cancelled. marker is in its text, for
@@ -172,19 +174,19 @@ func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 				for i := range 4 {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+r.IntN(15))*time.Millisecond)
 					op := gateOps[(w+i)%len(gateOps)]
-					err := op.run(ctx, db)
+					err := op.Run(ctx, db)
 					cancel()
 					switch {
 					case err == nil:
 						admittedWhileFull.Add(1)
-					case isGateWaitCanceled(err), errors.Is(err, ErrAdmissionFull):
+					case isGateWaitCanceled(err), errors.Is(err, gated.ErrAdmissionFull):
 					case err == ctx.Err():
 						// database/sql checks the context before it asks the driver for
 						// anything and returns ctx.Err() itself: on a loaded machine a
 						// deadline of a few milliseconds can pass before the call
 						// reaches the gate. Every error gated returns is wrapped.
 					default:
-						t.Errorf("%s behind the holders: %v", op.name, err)
+						t.Errorf("%s behind the holders: %v", op.Name, err)
 					}
 				}
 			})
@@ -199,10 +201,10 @@ func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 			t.Errorf("after the timed-out callers: Running = %d, Waiting = %d; want %d, 0", s.Running, s.Waiting, b)
 		}
 		for _, h := range []*holder{h1, h2} {
-			if _, err := h.tx.Exec("SELECT 1"); err != nil {
+			if _, err := h.Tx.Exec("SELECT 1"); err != nil {
 				t.Errorf("a holder's transaction after the timeouts: %v", err)
 			}
-			h.commit(t)
+			h.Commit(t)
 		}
 
 		// Phase 2: one long holder works on the server while callers time out, some while queued
@@ -210,7 +212,7 @@ func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 		long := hold(t, db)
 		var longErr atomic.Value
 		longStop := repeat(func() bool {
-			if _, err := long.tx.Exec("SELECT pg_sleep(0.02)"); err != nil {
+			if _, err := long.Tx.Exec("SELECT pg_sleep(0.02)"); err != nil {
 				longErr.CompareAndSwap(nil, err)
 				return false
 			}
@@ -260,7 +262,7 @@ func TestCallerTimeoutNeverReleasesAnotherOperationsPermit(t *testing.T) {
 		if err := longErr.Load(); err != nil {
 			t.Errorf("the long holder's work failed: %v", err)
 		}
-		long.commit(t)
+		long.Commit(t)
 	})
 }
 
@@ -275,7 +277,7 @@ type releaseSample struct {
 // Running dropped to 0. I4 wants none: a permit comes back only after the server stopped working
 // for the operation that held it. It spins instead of sleeping so that the sample follows the
 // release as closely as possible; start it before the caller gives up.
-func watchRelease(c *Connector, adm *sql.DB, app, marker string) <-chan releaseSample {
+func watchRelease(c *gated.Connector, adm *sql.DB, app, marker string) <-chan releaseSample {
 	ch := make(chan releaseSample, 1)
 	go func() {
 		deadline := time.Now().Add(20 * time.Second)

@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // db.Close with operations in flight: waiters fail with ErrClosed and are counted, running work
 // finishes, and nothing is left behind on the server or in goroutines.
@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/gatedsql/gated"
 
 	"go.uber.org/goleak"
 )
@@ -52,7 +54,7 @@ func TestCloseWithOperationsInFlightLeavesNothingBehind(t *testing.T) {
 			t.Fatalf("db.Close: %v", err)
 		}
 		for range 4 {
-			if err := <-waiters; !errors.Is(err, ErrClosed) {
+			if err := <-waiters; !errors.Is(err, gated.ErrClosed) {
 				t.Errorf("operation waiting at Close: %v; want ErrClosed", err)
 			}
 		}
@@ -120,7 +122,7 @@ func TestCloseCountsTheWaitersItWakes(t *testing.T) {
 	waitFor(t, "two waiters", func() bool { return c.Stats().Waiting == 2 })
 	db.Close()
 	for range 2 {
-		if err := <-waiters; !errors.Is(err, ErrClosed) {
+		if err := <-waiters; !errors.Is(err, gated.ErrClosed) {
 			t.Errorf("waiter at Close: %v; want ErrClosed", err)
 		}
 	}

@@ -1,7 +1,7 @@
-package gated
+package pgcontract_test
 
 // Malformed DSNs through the public paths sql.Open and gated.Open: errors name the key and never
-// quote the password (dsn_test.go covers ParseDSN itself in depth).
+// quote the password (the root package's dsn_test.go covers ParseDSN itself in depth).
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated"
 )
 
-// Through the public paths sql.Open("gated", dsn) and gated.Open (dsn_test.go
-// covers ParseDSN itself in depth): each error is a *DSNError naming the key, starts with
+// Through the public paths sql.Open("gated", dsn) and gated.Open (the root package's
+// dsn_test.go covers ParseDSN itself in depth): each error is a *DSNError naming the key, starts with
 // "gated: " and does not contain the password.
 func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	const url = "postgres://app:" + testPassword + "@db.example/shop?sslmode=disable&"
@@ -23,26 +25,26 @@ func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	}{
 		{"unknown key, URL", url + "gate_concurency=4", "gate_concurency"},
 		{"unknown key, keyword/value", kv + "gate_timeout=1s", "gate_timeout"},
-		{"unparsable count, URL", url + "gate_max_conns=ten", keyMaxConns},
-		{"unparsable duration, keyword/value", kv + "gate_queue_wait=soon", keyQueueWait},
-		{"duration without unit", url + "gate_max_conn_lifetime=60", keyMaxConnLifetime},
-		{"negative count, URL", url + "gate_queue=-1", keyQueue},
-		{"negative duration, keyword/value", kv + "gate_max_conn_idle_time=-5m", keyMaxConnIdleTime},
-		{"B > P, URL", url + "gate_max_conns=2&gate_concurrent=3", keyConcurrent},
-		{"B > P, keyword/value", kv + "gate_concurrent=3 gate_max_conns=2", keyConcurrent},
-		{"zero P", kv + "gate_max_conns=0", keyMaxConns},
-		{"empty value, URL", url + "gate_queue_wait=", keyQueueWait},
-		{"empty driver, keyword/value at the end", kv + "gate_driver=", keyDriver},
-		{"empty quoted driver", kv + "gate_driver=''", keyDriver},
-		{"key without value", kv + "gate_queue", keyQueue},
-		{"repeated key", url + "gate_queue=1&gate_queue=2", keyQueue},
-		{"unregistered driver", url + "gate_driver=nosuchdriver", keyDriver},
-		{"only gate keys, URL query", "?gate_concurrent=x", keyConcurrent},
-		{"only gate keys, keyword/value", "gate_queue=-3", keyQueue},
+		{"unparsable count, URL", url + "gate_max_conns=ten", "gate_max_conns"},
+		{"unparsable duration, keyword/value", kv + "gate_queue_wait=soon", "gate_queue_wait"},
+		{"duration without unit", url + "gate_max_conn_lifetime=60", "gate_max_conn_lifetime"},
+		{"negative count, URL", url + "gate_queue=-1", "gate_queue"},
+		{"negative duration, keyword/value", kv + "gate_max_conn_idle_time=-5m", "gate_max_conn_idle_time"},
+		{"B > P, URL", url + "gate_max_conns=2&gate_concurrent=3", "gate_concurrent"},
+		{"B > P, keyword/value", kv + "gate_concurrent=3 gate_max_conns=2", "gate_concurrent"},
+		{"zero P", kv + "gate_max_conns=0", "gate_max_conns"},
+		{"empty value, URL", url + "gate_queue_wait=", "gate_queue_wait"},
+		{"empty driver, keyword/value at the end", kv + "gate_driver=", "gate_driver"},
+		{"empty quoted driver", kv + "gate_driver=''", "gate_driver"},
+		{"key without value", kv + "gate_queue", "gate_queue"},
+		{"repeated key", url + "gate_queue=1&gate_queue=2", "gate_queue"},
+		{"unregistered driver", url + "gate_driver=nosuchdriver", "gate_driver"},
+		{"only gate keys, URL query", "?gate_concurrent=x", "gate_concurrent"},
+		{"only gate keys, keyword/value", "gate_queue=-3", "gate_queue"},
 		// As in libpq, an empty value takes the next word: here the whole password pair.
-		{"empty value before the password pair", "host=db.example gate_queue= password=" + testPassword, keyQueue},
-		{"empty driver before the password pair", "host=db.example gate_driver= password=" + testPassword, keyDriver},
-		{"escaped space joins the password pair", "host=db.example gate_queue_wait=1s\\ password=" + testPassword, keyQueueWait},
+		{"empty value before the password pair", "host=db.example gate_queue= password=" + testPassword, "gate_queue"},
+		{"empty driver before the password pair", "host=db.example gate_driver= password=" + testPassword, "gate_driver"},
+		{"escaped space joins the password pair", "host=db.example gate_queue_wait=1s\\ password=" + testPassword, "gate_queue_wait"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,8 +52,8 @@ func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 				t.Fatalf("test DSN %q lacks the password", tc.dsn)
 			}
 			for name, open := range map[string]func(string) (*sql.DB, error){
-				"sql.Open":   func(dsn string) (*sql.DB, error) { return sql.Open(DriverName, dsn) },
-				"gated.Open": Open,
+				"sql.Open":   func(dsn string) (*sql.DB, error) { return sql.Open(gated.DriverName, dsn) },
+				"gated.Open": gated.Open,
 			} {
 				db, err := open(tc.dsn)
 				if err == nil {
@@ -62,7 +64,7 @@ func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 				if db != nil {
 					t.Errorf("%s returned a *sql.DB with its error", name)
 				}
-				var de *DSNError
+				var de *gated.DSNError
 				if !errors.As(err, &de) || de.Key != tc.key {
 					t.Errorf("%s: error %q is not a *DSNError for key %s", name, err, tc.key)
 				}
@@ -86,15 +88,15 @@ func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	} {
 		t.Run("inner DSN/"+tc.name, func(t *testing.T) {
 			for name, open := range map[string]func(string) (*sql.DB, error){
-				"sql.Open":   func(dsn string) (*sql.DB, error) { return sql.Open(DriverName, dsn) },
-				"gated.Open": Open,
+				"sql.Open":   func(dsn string) (*sql.DB, error) { return sql.Open(gated.DriverName, dsn) },
+				"gated.Open": gated.Open,
 			} {
 				db, err := open(tc.dsn)
 				if err == nil {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					err = db.PingContext(ctx)
 					cancel()
-					if c, ok := FromDB(db); ok && c.Stats().Running != 0 {
+					if c, ok := gated.FromDB(db); ok && c.Stats().Running != 0 {
 						t.Errorf("%s: the failed first operation kept its permit", name)
 					}
 					db.Close()
@@ -113,10 +115,10 @@ func TestMalformedDSNErrorsNameTheKeyWithoutThePassword(t *testing.T) {
 	}
 }
 
-// FuzzParseDSN in dsn_test.go checks the parser (parse, format, parse again: stable; errors are
-// *DSNError naming gate_ keys only). Its password check runs on its seeds only, because a mutated
-// DSN can legitimately put the password anywhere. This fuzz target fills that gap for the
-// property that matters: whatever gate_ material (or, in form 3, URL tail) surrounds a
+// FuzzParseDSN in the root package's dsn_test.go checks the parser (parse, format, parse again:
+// stable; errors are *DSNError naming gate_ keys only). Its password check runs on its seeds
+// only, because a mutated DSN can legitimately put the password anywhere. This fuzz target fills
+// that gap for the property that matters: whatever gate_ material (or, in form 3, URL tail) surrounds a
 // well-formed password, no error of ParseDSN or NewConnector quotes it.
 func FuzzContractDSNErrorNeverQuotesThePassword(f *testing.F) {
 	for _, s := range []string{
@@ -143,9 +145,9 @@ func FuzzContractDSNErrorNeverQuotesThePassword(f *testing.F) {
 		case 3: // URL, gate part right after the host: port, path, query
 			dsn = "postgres://app:" + testPassword + "@db" + gate
 		}
-		cfg, err := ParseDSN(dsn)
+		cfg, err := gated.ParseDSN(dsn)
 		if err == nil {
-			_, err = NewConnector(cfg)
+			_, err = gated.NewConnector(cfg)
 		}
 		checkDSNErrorSafe(t, dsn, err, testPassword)
 	})

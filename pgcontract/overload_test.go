@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // A mixed workload of 10×(B+Q) callers: the server never sees more than P connections (I2) and
 // nobody waits in database/sql's pool (I3).
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gatedsql/gated"
 
 	"github.com/gatedsql/gated/internal/pgtest"
 )
@@ -28,7 +30,7 @@ type mixedLoad struct {
 // prepared per call and a pinned *sql.Conn — while sampling the gate, the pool and, when adm is
 // not nil, the server connections of application app in pg_stat_activity. Every operation must
 // succeed or be refused by the gate.
-func runMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, table string, callers, rounds int) mixedLoad {
+func runMixedOverload(t *testing.T, db *sql.DB, c *gated.Connector, adm *sql.DB, app, table string, callers, rounds int) mixedLoad {
 	t.Helper()
 	ctx := context.Background()
 	shared, err := db.PrepareContext(ctx, "SELECT count(*) FROM "+table+" WHERE v = $1")
@@ -151,7 +153,7 @@ func runMixedOverload(t *testing.T, db *sql.DB, c *Connector, adm *sql.DB, app, 
 
 // The server never sees more than P connections of the application
 // (pg_stat_activity) under 10×(B+Q) callers of a mixed workload. TestPGOverloadKeepsEveryBudget
-// (driver_test.go) checks the same bound with one kind of transaction.
+// (the root package's driver_test.go) checks the same bound with one kind of transaction.
 func TestMixedOverloadNeverOpensMoreThanPConnections(t *testing.T) {
 	// B = P, the most a single workload may take: every connection the pool may open is in use
 	// at the peak.
@@ -200,11 +202,11 @@ func TestMixedOverloadNeverWaitsInDatabaseSQLPool(t *testing.T) {
 	})
 	t.Run("control: MaxOpenConns below B+Q waits", func(t *testing.T) {
 		dsn, app := pgDSN(t, pgtest.URL(t), "pgx", params)
-		cfg, err := ParseDSN(dsn)
+		cfg, err := gated.ParseDSN(dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := NewConnector(cfg)
+		c, err := gated.NewConnector(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // A pinned *sql.Conn: one admission that keeps its permit, physical connection and session until
 // Close, and through Raw and Unwrap the inner driver's own connection.
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -48,7 +50,7 @@ func TestPinnedConnKeepsSessionAndPermitUntilClose(t *testing.T) {
 				t.Errorf("%s: Running = %d, want the pinned connection's permit", when, s.Running)
 			}
 			var one int
-			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); !errors.Is(err, ErrAdmissionFull) {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); !errors.Is(err, gated.ErrAdmissionFull) {
 				t.Errorf("%s: another caller got %v, want ErrAdmissionFull while the permit is pinned", when, err)
 			}
 		}
@@ -95,7 +97,7 @@ func TestRawUnwrapReachesThePgxConn(t *testing.T) {
 		}
 		defer sc.Close()
 		err = sc.Raw(func(dc any) error {
-			inner, err := Unwrap(ctx, dc)
+			inner, err := gated.Unwrap(ctx, dc)
 			if err != nil {
 				return err
 			}
@@ -140,7 +142,7 @@ func TestRawUnwrapReachesThePgxConn(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = sc.Raw(func(dc any) error {
-				inner, err := Unwrap(ctx, dc)
+				inner, err := gated.Unwrap(ctx, dc)
 				if err != nil {
 					return err
 				}
@@ -157,7 +159,7 @@ func TestRawUnwrapReachesThePgxConn(t *testing.T) {
 			})
 		})
 		t.Run("Unwrap refuses a connection gated did not make", func(t *testing.T) {
-			_, err := Unwrap(ctx, "not a connection")
+			_, err := gated.Unwrap(ctx, "not a connection")
 			if err == nil || !strings.HasPrefix(err.Error(), "gated: ") {
 				t.Errorf("Unwrap(string): %v", err)
 			}
@@ -170,7 +172,7 @@ func TestRawUnwrapReachesThePgxConn(t *testing.T) {
 				}
 				defer sc.Close()
 				err = sc.Raw(func(dc any) error {
-					inner, err := Unwrap(ctx, dc)
+					inner, err := gated.Unwrap(ctx, dc)
 					if err != nil {
 						return err
 					}

@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // Refusals under overload: with every admission permit taken, an operation is refused at once
 // with ErrAdmissionFull, without a round trip to the server, counted once, never retried by
@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated"
 )
 
 // With admission full, every kind of operation is refused at once with ErrAdmissionFull, without
@@ -35,9 +37,9 @@ func TestAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
 		for i := range refusals {
 			op := gateOps[i%len(gateOps)]
 			start := time.Now()
-			err := op.run(ctx, db)
+			err := op.Run(ctx, db)
 			durations = append(durations, time.Since(start))
-			checkGateRefusal(t, op.name, err, ErrAdmissionFull)
+			checkGateRefusal(t, op.Name, err, gated.ErrAdmissionFull)
 		}
 		after := c.Stats()
 		serverAfter := appActivity(t, adm, app)
@@ -60,8 +62,8 @@ func TestAdmissionFullRefusesAtOnceWithoutServerRoundTrip(t *testing.T) {
 			t.Errorf("refusals reached the server:\nbefore:\n%s\nafter:\n%s", serverBefore, serverAfter)
 		}
 
-		h1.commit(t)
-		h2.commit(t)
+		h1.Commit(t)
+		h2.Commit(t)
 		for _, w := range []<-chan txResult{w1, w2} {
 			r := <-w
 			if r.err != nil {
@@ -84,7 +86,7 @@ func TestSecondTransactionRefusedWhileFirstHoldsThePermit(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := db.BeginTx(ctx, nil)
-		checkGateRefusal(t, "second transaction while the first holds the only permit", err, ErrAdmissionFull)
+		checkGateRefusal(t, "second transaction while the first holds the only permit", err, gated.ErrAdmissionFull)
 		if s := c.Stats(); s.RejectedFull != 1 || s.Running != 1 || s.Waiting != 0 {
 			t.Errorf("after the refusal: %+v", s)
 		}
@@ -118,7 +120,7 @@ func TestRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stmt.Close()
-		ops := append(slices.Clone(gateOps), namedOp{"Stmt.Exec", func(ctx context.Context, _ *sql.DB) error {
+		ops := append(slices.Clone(gateOps), namedOp{Name: "Stmt.Exec", Run: func(ctx context.Context, _ *sql.DB) error {
 			_, err := stmt.ExecContext(ctx)
 			return err
 		}})
@@ -127,17 +129,17 @@ func TestRefusalIsCountedOnceAndNotRetried(t *testing.T) {
 		before := c.Stats()
 		for _, op := range ops {
 			n := c.Stats().RejectedFull
-			err := op.run(ctx, db)
-			checkGateRefusal(t, op.name, err, ErrAdmissionFull)
+			err := op.Run(ctx, db)
+			checkGateRefusal(t, op.Name, err, gated.ErrAdmissionFull)
 			// database/sql retries a driver.ErrBadConn up to three times, each through the gate.
 			if got := c.Stats().RejectedFull - n; got != 1 {
-				t.Errorf("%s: one call counted %d refusals, want 1", op.name, got)
+				t.Errorf("%s: one call counted %d refusals, want 1", op.Name, got)
 			}
 		}
 		if s := c.Stats(); s.Admitted != before.Admitted || s.RejectedTimeout != 0 || s.Canceled != 0 || s.Pool != before.Pool {
 			t.Errorf("refusals changed more than RejectedFull: before %+v, after %+v", before, s)
 		}
-		h.commit(t)
+		h.Commit(t)
 	})
 }
 
@@ -156,9 +158,9 @@ func TestThousandRefusalsConsumeNoPermit(t *testing.T) {
 		for w := range workers {
 			wg.Go(func() {
 				for i := w; i < refusals; i += workers {
-					if err := gateOps[i%len(gateOps)].run(context.Background(), db); !errors.Is(err, ErrAdmissionFull) {
+					if err := gateOps[i%len(gateOps)].Run(context.Background(), db); !errors.Is(err, gated.ErrAdmissionFull) {
 						wrong.Add(1)
-						firstWrong.CompareAndSwap(nil, fmt.Sprintf("%s: %v", gateOps[i%len(gateOps)].name, err))
+						firstWrong.CompareAndSwap(nil, fmt.Sprintf("%s: %v", gateOps[i%len(gateOps)].Name, err))
 					}
 				}
 			})
@@ -179,7 +181,7 @@ func TestThousandRefusalsConsumeNoPermit(t *testing.T) {
 
 		// Both permits the refusals competed for are intact: the queued transaction gets the
 		// execution permit when the holder commits.
-		h.commit(t)
+		h.Commit(t)
 		r := <-queued
 		if r.err != nil {
 			t.Fatalf("the queued transaction: %v", r.err)

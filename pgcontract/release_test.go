@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // When a permit comes back, checked against a real PostgreSQL with every inner driver: when
 // Commit or Rollback returns, whatever the server answered, and when Rows are closed or read to
@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/gatedsql/gated"
 )
 
 // A Commit the server refuses, or that ends an aborted transaction, returns a
@@ -146,10 +148,10 @@ func TestRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) 
 		before := c.Stats()
 		var killed bool
 		// With a timeout, pg_terminate_backend returns once the backend has exited.
-		if err := adm.QueryRow("SELECT pg_terminate_backend($1, 10000)", h.pid).Scan(&killed); err != nil || !killed {
-			t.Fatalf("pg_terminate_backend(%d): %v, %v", h.pid, killed, err)
+		if err := adm.QueryRow("SELECT pg_terminate_backend($1, 10000)", h.PID).Scan(&killed); err != nil || !killed {
+			t.Fatalf("pg_terminate_backend(%d): %v, %v", h.PID, killed, err)
 		}
-		err := h.tx.Rollback()
+		err := h.Tx.Rollback()
 		if err == nil {
 			t.Fatal("Rollback on a terminated backend returned nil")
 		}
@@ -170,7 +172,7 @@ func TestRollbackOnTerminatedBackendFailsAndDiscardsTheConnection(t *testing.T) 
 		if err := db.QueryRow("SELECT pg_backend_pid()").Scan(&pid); err != nil {
 			t.Fatalf("the next operation: %v", err)
 		}
-		if pid == h.pid {
+		if pid == h.PID {
 			t.Errorf("the next operation ran on the terminated backend %d", pid)
 		}
 		if s := c.Stats(); s.Pool.Opened != before.Pool.Opened+1 || s.Pool.Closed != before.Pool.Closed+1 {
@@ -189,7 +191,7 @@ func TestRowsHoldPermitsUntilClosedOrExhausted(t *testing.T) {
 			if s := c.Stats(); s.Running != 1 {
 				t.Fatalf("%s: Running = %d, want 1", what, s.Running)
 			}
-			checkGateRefusal(t, what+": another operation", db.PingContext(ctx), ErrAdmissionFull)
+			checkGateRefusal(t, what+": another operation", db.PingContext(ctx), gated.ErrAdmissionFull)
 		}
 		released := func(what string) {
 			t.Helper()

@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // Thousands of failures of every kind at once: every permit comes back and every attempt is
 // counted exactly once.
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated"
 )
 
 // 1,000 transactions failing with an SQL error, 1,000 refusals and 1,000
@@ -90,7 +92,7 @@ func TestRepeatedFailuresReturnEveryPermitAndCountersAddUp(t *testing.T) {
 					attempts.Add(1)
 					tx, err := db.BeginTx(ctx, nil)
 					if err != nil {
-						if !IsRejected(err) {
+						if !gated.IsRejected(err) {
 							t.Errorf("BeginTx: %v", err)
 							stop() // nobody may be left waiting for an ended transaction
 							return

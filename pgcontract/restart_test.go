@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // A server restart and an outage: clear errors while the server is down, and everything works,
 // with every permit, once it is back.

@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // Limits the server enforces: statement_timeout, lock_timeout, a database that does not exist
 // and a server at max_connections. The server's error reaches the caller unchanged, and no

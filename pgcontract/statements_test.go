@@ -1,4 +1,4 @@
-package gated
+package pgcontract_test
 
 // database/sql's statements and arguments through the gate: a prepared statement shared by many
 // goroutines, statements in transactions, named and output arguments, and argument types only

@@ -156,8 +156,8 @@ func BackendPID(t testing.TB, db *sql.DB) int {
 // closes its socket (process exit). A statement sent in between reaches a socket that is then
 // closed with unread data, so the client gets a TCP reset, which on Linux discards the
 // termination notice (57P01) already queued: the client sees "connection reset by peer" and
-// cannot know that the statement never ran. TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError
-// (pgcontract/killed_conn_test.go) covers that window on its own.
+// cannot know that the statement never ran. The root package's
+// TestIdleConnectionKilledAsItIsReusedIsReplacedWithoutError covers that window on its own.
 func KillBackend(t testing.TB, adm *sql.DB, pid int) {
 	t.Helper()
 	local := isLocalPostgres(pid)
