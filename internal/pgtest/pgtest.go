@@ -23,6 +23,13 @@
 // dies, the pipe closes and the watchdog stops the server (pg_ctl stop -m immediate) and removes
 // its directory (/tmp/gated-pgtest-*), or removes the container (docker rm --force). Only a
 // watchdog killed itself can leave a directory or container behind.
+//
+// Beside discovery, the package holds what the PostgreSQL tests of the root package and of the
+// test module pgcontract share without gated's types (gated's own tests import this package, so
+// it cannot import gated): the gated DSN of a test ([DSN]), a plain connection to the server
+// ([Admin]), throwaway objects ([Table]), the server's view of a test's backends ([Backends]),
+// ending a backend ([KillBackend]), and the check that every permit is back ([CheckQuiet]),
+// which reads a connector through the small interface [Gates].
 package pgtest
 
 import (
