@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/gatedsql/gated"
-
 	"go.uber.org/goleak"
 )
 

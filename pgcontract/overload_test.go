@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/gatedsql/gated"
-
 	"github.com/gatedsql/gated/internal/pgtest"
 )
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gatedsql/gated"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
