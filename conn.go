@@ -215,10 +215,10 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	var inner driver.Tx
 	err := cn.run(ctx, false, func(pc *physConn) (err error) {
 		var set string
-		if cn.c.lim.deadline && pc.sess.idle() {
+		if cn.c.timeouts.deadline && pc.sess.idle() {
 			// Not inside a transaction the application began with BEGIN: gated sends nothing
 			// of its own there.
-			set = cn.c.lim.txSet(ctx, pc)
+			set = cn.c.timeouts.txSet(ctx, pc)
 		}
 		inner, err = pc.begin(ctx, opts, set)
 		return err
@@ -242,7 +242,7 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
-		defer cn.c.lim.noteSessionChange(pc, query)
+		defer cn.c.timeouts.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
 			res, err = pc.exec(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -262,7 +262,7 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 		if err := cn.limitSession(ctx, pc); err != nil {
 			return err
 		}
-		defer cn.c.lim.noteSessionChange(pc, query)
+		defer cn.c.timeouts.noteSessionChange(pc, query)
 		for retried := false; ; retried = true {
 			rs, err = pc.query(ctx, query, args)
 			if !cn.mayRetryStale(pc, query, err, retried) {
@@ -357,8 +357,8 @@ func Unwrap(ctx context.Context, driverConn any) (driver.Conn, error) {
 // itself (BEGIN on a pinned *sql.Conn) gated sends nothing of its own: a ROLLBACK would undo it
 // behind gated's back, and in a failed transaction the server refuses it.
 func (cn *conn) limitSession(ctx context.Context, pc *physConn) error {
-	if !cn.c.lim.deadline || !pc.sess.idle() {
+	if !cn.c.timeouts.deadline || !pc.sess.idle() {
 		return nil
 	}
-	return cn.c.lim.applySession(ctx, pc)
+	return cn.c.timeouts.applySession(ctx, pc)
 }

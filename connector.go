@@ -18,16 +18,16 @@ import (
 //
 // A Connector is safe for concurrent use. Close it by closing the *sql.DB that uses it.
 type Connector struct {
-	cfg    *Config // a pointer, so that fmt never prints its DSN field by field (config.go)
-	drv    Driver
-	set    *gateSet         // the gates and the pool, shared with other Connectors of the same gate_name
-	pool   *pool            // set.pool
-	gate   *gate            // set's default gate
-	gates  map[string]*gate // set's named workloads; read-only
-	stmts  *stmtRegistry    // set.stmts
-	obs    *observer        // set.obs: the Observer and Logger of the set's first Config (observer.go)
-	lim    limits
-	closed atomic.Bool
+	cfg      *Config // a pointer, so that fmt never prints its DSN field by field (config.go)
+	drv      Driver
+	set      *gateSet         // the gates and the pool, shared with other Connectors of the same gate_name
+	pool     *pool            // set.pool
+	gate     *gate            // set's default gate
+	gates    map[string]*gate // set's named workloads; read-only
+	stmts    *stmtRegistry    // set.stmts
+	obs      *observer        // set.obs: the Observer and Logger of the set's first Config (observer.go)
+	timeouts timeouts         // statement_timeout and lock_timeout (timeout.go)
+	closed   atomic.Bool
 }
 
 var _ driver.Connector = (*Connector)(nil)
@@ -58,7 +58,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c.drv.c = c
 	c.set, c.pool, c.gate, c.gates, c.stmts, c.obs = set, set.pool, set.def, set.named, &set.stmts, &set.obs
-	c.lim = newLimits(c.cfg)
+	c.timeouts = newTimeouts(c.cfg)
 	return c, nil
 }
 
@@ -108,7 +108,7 @@ func newGateSet(cfg *Config) (*gateSet, error) {
 	if cfg.Name != "" {
 		app = cfg.Name
 	}
-	inner, wrap, err := drivers.New(cfg.Driver, cfg.DSN, drivers.Options{App: app, Params: newLimits(cfg).startupParams(), Pooled: cfg.Pooler != "",
+	inner, wrap, err := drivers.New(cfg.Driver, cfg.DSN, drivers.Options{App: app, Params: newTimeouts(cfg).startupParams(), Pooled: cfg.Pooler != "",
 		PgxBefore: cfg.PgxBeforeConnect, PgxAfter: cfg.PgxAfterConnect})
 	if err != nil {
 		return nil, settingError(err)

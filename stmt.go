@@ -88,7 +88,7 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 // and, when nothing else ran in the binding (so no transaction was aborted by the failure), the
 // statement is prepared again and run once more: the server ran nothing of it.
 func (s *stmt) onCopy(ctx context.Context, pc *physConn, use func(driver.Stmt) error) error {
-	defer s.cn.c.lim.noteSessionChange(pc, s.share.query)
+	defer s.cn.c.timeouts.noteSessionChange(pc, s.share.query)
 	for retried := false; ; retried = true {
 		st, err := pc.stmtFor(ctx, s.share)
 		if err == nil {

@@ -21,20 +21,20 @@ import (
 // client's context still ends the statement at the deadline itself; the server's limit is the
 // backstop for a cancel request that cannot reach the server, and frees the backend soon after.
 
-// limits is the Connector's statement and lock timeout configuration.
-type limits struct {
+// timeouts is the Connector's statement and lock timeout configuration.
+type timeouts struct {
 	deadline bool  // the statement timeout follows the context's deadline
 	baseMs   int64 // statement_timeout in the startup parameters: fixed, or deadline's cap; 0 none
 	lockMs   int64 // lock_timeout in the startup parameters; 0 none
 	pooled   bool  // gate_pooler=transaction: no session value outside transactions
 }
 
-func newLimits(cfg *Config) limits {
-	return limits{deadline: cfg.StatementDeadline, baseMs: ceilMs(cfg.StatementTimeout), lockMs: ceilMs(cfg.LockTimeout), pooled: cfg.Pooler != ""}
+func newTimeouts(cfg *Config) timeouts {
+	return timeouts{deadline: cfg.StatementDeadline, baseMs: ceilMs(cfg.StatementTimeout), lockMs: ceilMs(cfg.LockTimeout), pooled: cfg.Pooler != ""}
 }
 
 // startupParams returns the run-time parameters every physical connection starts with.
-func (l limits) startupParams() map[string]string {
+func (l timeouts) startupParams() map[string]string {
 	m := map[string]string{}
 	if l.baseMs > 0 {
 		m["statement_timeout"] = strconv.FormatInt(l.baseMs, 10)
@@ -47,7 +47,7 @@ func (l limits) startupParams() map[string]string {
 
 // remainingMs returns the statement limit the deadline of ctx asks for, before rounding, and
 // false when the limit is the base one (no deadline, or a cap shorter than the deadline).
-func (l limits) remaining(ctx context.Context) (time.Duration, bool) {
+func (l timeouts) remaining(ctx context.Context) (time.Duration, bool) {
 	if !l.deadline {
 		return 0, false
 	}
@@ -65,7 +65,7 @@ func (l limits) remaining(ctx context.Context) (time.Duration, bool) {
 // txSet returns the SET LOCAL that gives a transaction beginning on pc under ctx its statement
 // limit, or "" when the session's value is already the one wanted. The limit is at most the
 // remaining time (rounded down to a millisecond, at least 1).
-func (l limits) txSet(ctx context.Context, pc *physConn) string {
+func (l timeouts) txSet(ctx context.Context, pc *physConn) string {
 	rem, ok := l.remaining(ctx)
 	if !ok {
 		if pc.sess.stmtMs == 0 {
@@ -79,7 +79,7 @@ func (l limits) txSet(ctx context.Context, pc *physConn) string {
 // sessionSet returns the statement that gives pc's session the statement limit for a statement
 // outside a transaction under ctx, "" when it is already in force, and the value for
 // session.stmtMs once it has run.
-func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
+func (l timeouts) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
 	var want int64 // the base
 	if rem, ok := l.remaining(ctx); ok {
 		want = roundUpMs(ceilMs(max(rem, time.Millisecond)))
@@ -98,7 +98,7 @@ func (l limits) sessionSet(ctx context.Context, pc *physConn) (string, int64) {
 
 // applySession gives pc's session the statement limit for a statement outside a transaction
 // under ctx. It is part of the operation: what it sends counts as sent.
-func (l limits) applySession(ctx context.Context, pc *physConn) error {
+func (l timeouts) applySession(ctx context.Context, pc *physConn) error {
 	if !l.deadline || l.pooled {
 		// Behind a transaction pooler a session value would stay on whichever server
 		// connection the pooler chose, for other clients: the limit holds in transactions only.
@@ -141,7 +141,7 @@ func roundUpMs(ms int64) int64 {
 // noteSessionChange forgets what gated knows of pc's session statement_timeout when query may
 // change it behind gated's back (SET statement_timeout, RESET, DISCARD ALL): the next statement
 // outside a transaction then sets it again. Only in deadline mode, where gated keeps that record.
-func (l limits) noteSessionChange(pc *physConn, query string) {
+func (l timeouts) noteSessionChange(pc *physConn, query string) {
 	if l.deadline && (containsFold(query, "statement_timeout") || containsFold(query, "reset") || containsFold(query, "discard")) {
 		pc.sess.stmtMs = -1
 	}
