@@ -92,9 +92,9 @@ func (b *binding) unbind(c *Connector) {
 	if pc.reusable() {
 		first := !pc.used
 		pc.used = true
-		pc.rested()
 		if g := b.g; g.lim != nil {
 			now, hold := b.serviceHold()
+			pc.rested(now)
 			worst := b.worst
 			if first {
 				// A new connection's first operation is no sample of the database's service
@@ -111,6 +111,7 @@ func (b *binding) unbind(c *Connector) {
 			g.releaseSample(pc, now, hold, worst)
 			return
 		}
+		pc.rested(monoNow())
 		b.release(pc)
 		return
 	}

@@ -53,10 +53,10 @@ func (pc *physConn) expired(now int64, lifetime, idleTime time.Duration) bool {
 // the driver can tell: see drivers.Conn.Idle), and no statement may still run on it.
 func (pc *physConn) reusable() bool { return !pc.broken && !pc.sess.mayRun && pc.inner.Idle() }
 
-// rested is called when pc goes back idle after a binding that left it reusable: nothing runs on
-// the server any more.
-func (pc *physConn) rested() {
-	pc.restedAt = monoNow()
+// rested is called when pc goes back idle at now (monoNow) after a binding that left it reusable:
+// nothing runs on the server any more.
+func (pc *physConn) rested(now time.Duration) {
+	pc.restedAt = now
 	if pc.sock != nil {
 		pc.sock.SetBusy(false)
 	}
