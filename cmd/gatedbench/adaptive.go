@@ -59,6 +59,8 @@ type adaptiveConfig struct {
 	auto      string // the value of gate_concurrent for the auto contender
 	compete   int    // drop: competing CPU-bound sessions
 	dropOnly  string // drop: the contenders to run, comma-separated names ("" for all)
+	dropFixed []int  // drop: fixed B values run beside 1 and P
+	order     string // gate_queue_order of every gated contender
 
 	overheadRun time.Duration // overhead: measured time of one closed-loop run
 }
@@ -66,7 +68,7 @@ type adaptiveConfig struct {
 var adaptiveScenarios = []string{"cpu", "sleep", "lock", "drop", "fail", "lend", "overhead", "steady"}
 
 func runAdaptiveCmd(args []string, out, log io.Writer) int {
-	ac := adaptiveConfig{P: 8, Q: 8, deadline: 100 * time.Millisecond, duration: 5 * time.Second, warmup: time.Second,
+	ac := adaptiveConfig{P: 8, Q: 8, order: "fifo", deadline: 100 * time.Millisecond, duration: 5 * time.Second, warmup: time.Second,
 		step: 250 * time.Millisecond, rounds: 3, steady: 10 * time.Minute, cpuRows: 20000, auto: "auto", out: "gatedbench-out"}
 	fs := flag.NewFlagSet("gatedbench adaptive", flag.ContinueOnError)
 	fs.StringVar(&ac.url, "url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL, then the server the tests find)")
@@ -82,10 +84,25 @@ func runAdaptiveCmd(args []string, out, log io.Writer) int {
 	fs.StringVar(&ac.auto, "auto", ac.auto, "gate_concurrent of the auto contender")
 	fs.DurationVar(&ac.overheadRun, "overhead-run", 2*time.Second, "overhead: measured time of one closed-loop run")
 	fs.IntVar(&ac.compete, "compete", runtime.NumCPU(), "drop: competing CPU-bound sessions on the server (default: as many as this machine's CPUs, which the server shares here)")
-	fs.StringVar(&ac.dropOnly, "drop-contenders", "", "drop: run only these contenders, comma-separated (of \"B=1 Q=0\", B=1, B=P's name, auto, failsafe-go)")
+	fs.StringVar(&ac.dropOnly, "drop-contenders", "", "drop: run only these contenders, comma-separated (of \"B=1 Q=0\", B=1, B=P's name, the -drop-fixed ones, auto, failsafe-go)")
+	fs.StringVar(&ac.order, "queue-order", "fifo", "gate_queue_order of every gated contender: fifo or adaptive")
+	dropFixed := fs.String("drop-fixed", "", "drop: more fixed B to run beside B=1 and B=P, comma-separated (for example 2,3,4: which limit meets both drop targets)")
 	scen := fs.String("scenarios", strings.Join(adaptiveScenarios[:len(adaptiveScenarios)-1], ","), "scenarios: "+strings.Join(adaptiveScenarios, ","))
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *dropFixed != "" {
+		for v := range strings.SplitSeq(*dropFixed, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || k < 1 || k > ac.P {
+				fmt.Fprintf(log, "gatedbench adaptive: -drop-fixed: %q is not a B between 1 and P (%d)\n", v, ac.P)
+				return 2
+			}
+			if k != 1 && k != ac.P && !slices.Contains(ac.dropFixed, k) {
+				ac.dropFixed = append(ac.dropFixed, k)
+			}
+		}
+		slices.Sort(ac.dropFixed)
 	}
 	for s := range strings.SplitSeq(*scen, ",") {
 		if !slices.Contains(adaptiveScenarios, s) {
@@ -202,7 +219,8 @@ var (
 func (b *bench) openGated(name, concurrent string, extra ...string) (*adTarget, error) {
 	app := fmt.Sprintf("gatedbench_%d_ad_%s", os.Getpid(), strings.ReplaceAll(name, " ", "_"))
 	kv := append([]string{"application_name", app, "gate_max_conns", strconv.Itoa(b.ac.P),
-		"gate_concurrent", concurrent, "gate_queue", strconv.Itoa(b.ac.Q), "gate_queue_wait", b.ac.deadline.String()}, extra...)
+		"gate_concurrent", concurrent, "gate_queue", strconv.Itoa(b.ac.Q), "gate_queue_wait", b.ac.deadline.String(),
+		"gate_queue_order", b.ac.order}, extra...)
 	dsn, err := withParams(b.ac.url, kv...)
 	if err != nil {
 		return nil, err
@@ -786,7 +804,8 @@ func (b *bench) competingLoad(n int) func(ctx context.Context, d time.Duration) 
 const competeRows = 1000000
 
 func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
-	ts, err := b.openSet([]int{1, b.ac.P}, true)
+	fixed := append(append([]int{1}, b.ac.dropFixed...), b.ac.P)
+	ts, err := b.openSet(fixed, true)
 	if err != nil {
 		return err
 	}
@@ -799,7 +818,8 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	defer floor.close()
 	w := cpuWork(b.ac.cpuRows)
-	plain := ts[len(ts)-2]
+	n := len(fixed)
+	plain := ts[n+1]
 	capacity, unl, err := b.measureBase(ctx, "drop", plain, w)
 	if err != nil {
 		return err
@@ -809,7 +829,8 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	phases := func() []phaseLoad {
 		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.compete)}, {d: phase, rate: rate, work: w}}
 	}
-	keep := []*adTarget{floor, ts[0], ts[1], ts[2], ts[4]} // B=1 Q=0, B=1, B=P, auto, peer
+	// B=1 Q=0, the fixed B, auto, the peer; not plain.
+	keep := append(append([]*adTarget{floor}, ts[:n+1]...), ts[n+2])
 	if b.ac.dropOnly != "" {
 		only, all := strings.Split(b.ac.dropOnly, ","), names(keep)
 		for _, n := range only {

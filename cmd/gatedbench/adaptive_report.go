@@ -123,8 +123,8 @@ func (r *adaptiveReport) write(stdout io.Writer) error {
 	var b strings.Builder
 	c := r.cfg
 	fmt.Fprintf(&b, "# gatedbench adaptive\n\n* Run: %s UTC; load average at the start %s.\n", r.start.UTC().Format("2006-01-02 15:04"), r.load)
-	fmt.Fprintf(&b, "* P = %d, Q = %d, deadline = gate_queue_wait = %v; %d rounds of %v measured after %v of warm-up at the same load; medians (min–max) over rounds.\n\n",
-		c.P, c.Q, c.deadline, c.rounds, c.duration, c.warmup)
+	fmt.Fprintf(&b, "* P = %d, Q = %d, deadline = gate_queue_wait = %v, gate_queue_order = %s; %d rounds of %v measured after %v of warm-up at the same load; medians (min–max) over rounds.\n\n",
+		c.P, c.Q, c.deadline, c.order, c.rounds, c.duration, c.warmup)
 	var body strings.Builder
 	for _, s := range r.scenarios {
 		r.scenarioSection(&body, s)
@@ -272,21 +272,33 @@ func pairedByRound(s *scenarioResult, contender string, fixed []string, ref stri
 
 // dropTargets: after the competing load starts, how long until the p99 of every later second
 // (a 1 s window sliding by one step) is within 3× unloaded; after it stops, how long until the
-// goodput (1 s moving mean) is back to 90 % of the first phase's second half.
+// goodput (1 s moving mean) is back to 90 % of the first phase's second half. And while it runs,
+// each contender's goodput against B=P's in the same round and the median of its windowed p99s
+// against unloaded: a table of every contender, so that the fixed limits show what any limit can
+// reach on the slowed server, and auto's two targets.
 func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
 	step := r.cfg.step.Seconds()
+	ph := s.Phase.Seconds()
+	type dropRun struct {
+		goodput float64 // successes per second while the competing load ran
+		p99     float64 // the median of the windowed p99s then
+	}
+	runs := map[string]map[int]dropRun{}
 	for _, name := range s.Order {
+		runs[name] = map[int]dropRun{}
 		for _, rr := range s.Runs[name] {
-			ph := s.Phase.Seconds()
 			settle, recover := -1.0, -1.0
 			last := -1.0
 			var during []float64 // the windowed p99s while the competing load ran
-			var before, n float64
+			var before, n, good, m float64
 			for _, p := range rr.Series {
 				switch {
 				case p.T >= ph/2 && p.T < ph:
 					before += p.Goodput
 					n++
+				case p.T >= ph && p.T < 2*ph:
+					good += p.Goodput
+					m++
 				}
 			}
 			win := int(math.Round(1 / step))
@@ -308,6 +320,7 @@ func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
 			}
 			settle = max(last, 0)
 			before /= max(n, 1)
+			runs[name][rr.Round] = dropRun{goodput: good / max(m, 1), p99: statOf(during).Median}
 			for i := range rr.Series {
 				p := rr.Series[i]
 				if p.T < 2*ph || i+win > len(rr.Series) {
@@ -328,6 +341,34 @@ func (r *adaptiveReport) dropTargets(b *strings.Builder, s *scenarioResult) {
 				r.target(fmt.Sprintf("drop round %d: windowed p99 back within 3× unloaded", rr.Round+1), "≤ 5 s", fmt.Sprintf("%.2f s", settle), settle <= 5)
 				r.target(fmt.Sprintf("drop round %d: goodput back after the load stops", rr.Round+1), "≤ 10 s", fmt.Sprintf("%.2f s", recover), recover >= 0 && recover <= 10)
 			}
+		}
+	}
+	ref := fmt.Sprintf("B=%d", r.cfg.P)
+	if len(runs[ref]) == 0 {
+		b.WriteString("\n")
+		return
+	}
+	fmt.Fprintf(b, "\nWhile the competing load ran (medians over rounds, min–max; goodput against %s's in the same round, p99 the median of the windowed p99s, against unloaded %s):\n\n", ref, fms(float64(s.Unloaded)))
+	b.WriteString("| contender | goodput/s | of " + ref + "'s | p99 | of unloaded |\n|---|---:|---:|---:|---:|\n")
+	for _, name := range s.Order {
+		var g, share, p, x []float64
+		for round, d := range runs[name] {
+			f, ok := runs[ref][round]
+			if !ok {
+				continue
+			}
+			g, p, x = append(g, d.goodput), append(p, d.p99), append(x, d.p99/float64(s.Unloaded))
+			share = append(share, d.goodput/max(f.goodput, 1e-9))
+		}
+		if len(g) == 0 {
+			continue
+		}
+		f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", name, fmtStatR(statOf(g), fops), fmtStatR(statOf(share), f2), fmtStatR(statOf(p), fms), fmtStatR(statOf(x), f2))
+		if name == "auto" {
+			sh, px := statOf(share), statOf(x)
+			r.target("drop: auto goodput during the load / "+ref+"'s", "≥ 0.8", fmtStatR(sh, f2), sh.Median >= 0.8)
+			r.target("drop: auto median windowed p99 during the load / unloaded", "≤ 3", fmtStatR(px, f2), px.Median <= 3)
 		}
 	}
 	b.WriteString("\n")
