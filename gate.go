@@ -32,7 +32,8 @@ import (
 // attachment list, the log summary's, a fleet member's and a limiter's state (guarded by its
 // gate's mu). No lock is held while gated calls the inner driver, an Observer or a Logger,
 // destroys a connection or blocks; the one channel send under a gate's mu, a waiter's ready, is
-// buffered. A binding's fields and its physConn have one owner, the call that holds the permit,
+// buffered, and the gate's expiry timer, reset and stopped under it, runs expire on a goroutine
+// of its own. A binding's fields and its physConn have one owner, the call that holds the permit,
 // and need no lock.
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
@@ -47,8 +48,9 @@ type gate struct {
 	gateConfig
 	pool    *pool       // where a released connection goes when no waiter takes it
 	wl      workloadObs // name and observability counters (stats.go)
-	waiters sync.Pool   // of *waiter: per gate, so that a waiter's timer runs on its gate's clock
+	waiters sync.Pool   // of *waiter: per gate, so that under testing/synctest a waiter's ready channel never leaves its gate's bubble
 	lend    *lending    // the gate's part in lending between workloads (lend.go); nil when none lends
+	expiry  *time.Timer // runs expire at expiryAt: ends the waits whose gate_queue_wait has passed
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -57,6 +59,7 @@ type gate struct {
 	waiting    int            // waiters in the FIFO list
 	head, tail *waiter        // operations waiting for an execution permit, oldest first
 	standing   time.Time      // when the queue last went from empty to non-empty
+	expiryAt   time.Time      // when expiry fires, at or before the head's deadline; zero when it is not armed
 	closed     bool
 
 	admitted        int64
@@ -67,26 +70,24 @@ type gate struct {
 }
 
 // A waiter is one operation queued for an execution permit. Waiters are pooled per gate: ready is
-// buffered so that a hand-over never blocks the releasing goroutine, and timer is reused across
-// waits.
+// buffered so that a hand-over never blocks the releasing goroutine. A waiter has no timer of its
+// own: the gate's expiry ends its wait at its deadline (expire).
 type waiter struct {
 	ctx        context.Context
-	ready      chan struct{} // receives once when granted (or when the gate closes)
-	timer      *time.Timer
-	start      time.Time
+	ready      chan struct{} // receives once when granted, refused or woken by close
+	start      time.Time     // taken under gate.mu as it is queued
+	deadline   time.Time     // start + gate_queue_wait
 	prev, next *waiter
 
 	// Guarded by gate.mu.
 	granted bool      // the permit was handed over
 	pc      *physConn // connection handed over with the permit, or nil
-	removed bool      // taken off the list by someone else (skipped as expired, or gate closed)
-	err     error     // set with removed when the gate closed
+	removed bool      // taken off the list by someone else (skipped as ended, refused, or gate closed)
+	err     error     // set with removed when refused (ErrAdmissionTimeout) or the gate closed
 }
 
 func newWaiter() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &waiter{ready: make(chan struct{}, 1), timer: t}
+	return &waiter{ready: make(chan struct{}, 1)}
 }
 
 // The bounds of gate_queue_order=adaptive (CoDel's interval and target, Facebook's values): a
@@ -102,7 +103,7 @@ type gateConfig struct {
 	name       string        // the workload: "default" or a name from gate_workloads
 	concurrent int           // B; with gate_concurrent=auto the current limit (guarded by gate.mu then)
 	queue      int           // Q
-	queueWait  time.Duration // longest wait for an execution permit; 0 = try once
+	queueWait  time.Duration // longest wait for an execution permit; 0 = try once. Fixed once the gate is built, so that deadlines follow the queue's order (expire)
 	adaptive   bool          // gate_queue_order=adaptive
 }
 
@@ -110,6 +111,8 @@ func newGate(cfg gateConfig, p *pool) *gate {
 	g := &gate{gateConfig: cfg, pool: p}
 	g.wl.init(cfg.name)
 	g.waiters.New = newWaiter
+	g.expiry = time.AfterFunc(time.Hour, g.expire)
+	g.expiry.Stop()
 	return g
 }
 
@@ -158,40 +161,32 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	}
 	w := g.waiters.Get().(*waiter)
 	w.ctx, w.start = ctx, time.Now()
+	w.deadline = w.start.Add(g.queueWait)
 	g.pushLocked(w)
 	var reoffer *lending
 	if g.lend != nil && g.lend.borrows() {
 		// Queued first, so that a lender releasing meanwhile sees us (lend.go).
 		reoffer = g.borrowForWaitersLocked()
 	}
-	wait := g.queueWait
 	g.mu.Unlock()
 	if reoffer != nil {
 		reoffer.offerToBorrowers()
 	}
 
-	w.timer.Reset(wait)
+	// Granted, refused at the deadline (expire) or by shedLocked, and woken by close all come
+	// through ready, each decided under g.mu: exactly one of them happens.
 	select {
 	case <-w.ready:
-		w.timer.Stop()
 		return g.finishWait(w)
 	case <-ctx.Done():
 		err = waitError(ctx.Err())
-	case <-w.timer.C:
-		err = g.wl.timeout
 	}
-	w.timer.Stop()
 
 	g.mu.Lock()
 	switch {
 	case w.granted:
-		// A release handed the permit over while we were leaving.
-		if err == g.wl.timeout {
-			g.mu.Unlock()
-			<-w.ready
-			return g.finishWait(w)
-		}
-		// The context ended: pass the permit on rather than starting work nobody waits for.
+		// A release handed the permit over while we were leaving; the context ended: pass the
+		// permit on rather than starting work nobody waits for.
 		g.admitted--
 		g.canceled++
 		pc := w.pc
@@ -199,20 +194,17 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		<-w.ready
 		g.release(pc)
 	case w.err != nil:
-		// Woken by close, or refused by shedLocked; counted there.
+		// Woken by close, or refused by expire or shedLocked; counted there.
 		err = w.err
 		g.mu.Unlock()
 		<-w.ready
 	default:
-		// A release may already have taken us off the list because our context had ended.
+		// A release or a refusal may already have taken us off the list because our context
+		// had ended.
 		if !w.removed {
 			g.removeLocked(w)
 		}
-		if err == g.wl.timeout {
-			g.rejectedTimeout++
-		} else {
-			g.canceled++
-		}
+		g.canceled++
 		g.mu.Unlock()
 	}
 	g.putWaiter(w)
@@ -227,7 +219,7 @@ func (g *gate) finishWait(w *waiter) (*physConn, error) {
 }
 
 func (g *gate) putWaiter(w *waiter) {
-	*w = waiter{ready: w.ready, timer: w.timer}
+	*w = waiter{ready: w.ready}
 	g.waiters.Put(w)
 }
 
@@ -407,11 +399,41 @@ func (g *gate) refuseLocked(w *waiter) {
 	w.ready <- struct{}{}
 }
 
+// expire is the expiry timer's function: it refuses, with ErrAdmissionTimeout, the waiters at the
+// head of the queue whose deadline has come, and arms the timer for the next one. A waiter's
+// deadline is its start, taken under g.mu as it is queued at the tail, plus queueWait, which never
+// changes: deadlines grow along the queue, so the first that has not come ends the refusals.
+// Taking waiters off the queue (grants, refusals, cancellations, newest first with
+// gate_queue_order=adaptive) keeps that order.
+func (g *gate) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expiryAt = time.Time{}
+	if g.closed {
+		return
+	}
+	now := time.Now()
+	for w := g.head; w != nil && !w.deadline.After(now); w = g.head {
+		g.refuseLocked(w)
+	}
+	if g.head != nil {
+		g.armLocked(g.head.deadline)
+	}
+}
+
+// armLocked sets the expiry timer to fire at t.
+func (g *gate) armLocked(t time.Time) {
+	g.expiryAt = t
+	g.expiry.Reset(time.Until(t))
+}
+
 // close makes every later acquire fail with ErrClosed and wakes the waiters with that error.
 func (g *gate) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
+	g.expiry.Stop()
+	g.expiryAt = time.Time{}
 	for w := g.head; w != nil; w = g.head {
 		g.removeLocked(w)
 		w.removed, w.err = true, ErrClosed
@@ -420,9 +442,15 @@ func (g *gate) close() {
 	}
 }
 
+// pushLocked queues w at the tail. The expiry timer is armed when it is not: otherwise it fires at
+// or before the head's deadline, so before w's, and expire then arms it for the head of that time
+// (removing waiters does not touch it).
 func (g *gate) pushLocked(w *waiter) {
 	if g.head == nil {
 		g.standing = w.start
+	}
+	if g.expiryAt.IsZero() {
+		g.armLocked(w.deadline)
 	}
 	w.prev = g.tail
 	if g.tail != nil {
