@@ -3,6 +3,7 @@ package gated
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ type gate struct {
 	wl      workloadObs // name and observability counters (stats.go)
 	waiters sync.Pool   // of *waiter: per gate, so that under testing/synctest a waiter's ready channel never leaves its gate's bubble
 	lend    *lending    // the gate's part in lending between workloads (lend.go); nil when none lends
-	expiry  *time.Timer // runs expire at expiryAt: ends the waits whose gate_queue_wait has passed
+	expiry  *time.Timer // runs expire: ends the waits whose gate_queue_wait has passed
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
@@ -58,8 +59,8 @@ type gate struct {
 	running    int            // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
 	waiting    int            // waiters in the FIFO list
 	head, tail *waiter        // operations waiting for an execution permit, oldest first
-	standing   time.Time      // when the queue last went from empty to non-empty
-	expiryAt   time.Time      // when expiry fires, at or before the head's deadline; zero when it is not armed
+	standing   time.Duration  // when the queue last went from empty to non-empty (monoNow)
+	armed      bool           // expiry will fire, at or before the head's deadline
 	closed     bool
 
 	admitted        int64
@@ -75,8 +76,8 @@ type gate struct {
 type waiter struct {
 	ctx        context.Context
 	ready      chan struct{} // receives once when granted, refused or woken by close
-	start      time.Time     // taken under gate.mu as it is queued
-	deadline   time.Time     // start + gate_queue_wait
+	start      time.Duration // monoNow, read under gate.mu as it is queued
+	deadline   time.Duration // start + gate_queue_wait
 	prev, next *waiter
 
 	// Guarded by gate.mu.
@@ -160,8 +161,12 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		return nil, g.wl.timeout
 	}
 	w := g.waiters.Get().(*waiter)
-	w.ctx, w.start = ctx, time.Now()
-	w.deadline = w.start.Add(g.queueWait)
+	// The gate's clock is monoNow: one monotonic reading, cheaper than time.Now's two.
+	w.ctx, w.start = ctx, monoNow()
+	w.deadline = w.start + g.queueWait
+	if w.deadline < w.start {
+		w.deadline = math.MaxInt64 // a gate_queue_wait too long to add
+	}
 	g.pushLocked(w)
 	var reoffer *lending
 	if g.lend != nil && g.lend.borrows() {
@@ -301,7 +306,7 @@ func (g *gate) grantLocked(pc *physConn, newestFirst bool) bool {
 		}
 		w.granted, w.pc = true, pc
 		g.admitted++
-		g.waitDuration += time.Since(w.start)
+		g.waitDuration += monoNow() - w.start
 		w.ready <- struct{}{} // buffered: never blocks
 		return true
 	}
@@ -376,11 +381,11 @@ func (g *gate) withinLimits() bool {
 // under sustained overload they would be served after most of their deadline had gone, while
 // the newest waiters, served first, still have theirs.
 func (g *gate) shedLocked() bool {
-	now := time.Now()
-	if now.Sub(g.standing) < standingQueue {
+	now := monoNow()
+	if now-g.standing < standingQueue {
 		return false
 	}
-	for w := g.head; w != nil && now.Sub(w.start) > overloadWait; w = g.head {
+	for w := g.head; w != nil && now-w.start > overloadWait; w = g.head {
 		g.refuseLocked(w)
 	}
 	return true
@@ -408,23 +413,23 @@ func (g *gate) refuseLocked(w *waiter) {
 func (g *gate) expire() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.expiryAt = time.Time{}
+	g.armed = false
 	if g.closed {
 		return
 	}
-	now := time.Now()
-	for w := g.head; w != nil && !w.deadline.After(now); w = g.head {
+	now := monoNow()
+	for w := g.head; w != nil && w.deadline <= now; w = g.head {
 		g.refuseLocked(w)
 	}
 	if g.head != nil {
-		g.armLocked(g.head.deadline)
+		g.armLocked(g.head.deadline - now)
 	}
 }
 
-// armLocked sets the expiry timer to fire at t.
-func (g *gate) armLocked(t time.Time) {
-	g.expiryAt = t
-	g.expiry.Reset(time.Until(t))
+// armLocked sets the expiry timer to fire after d.
+func (g *gate) armLocked(d time.Duration) {
+	g.armed = true
+	g.expiry.Reset(d)
 }
 
 // close makes every later acquire fail with ErrClosed and wakes the waiters with that error.
@@ -433,7 +438,7 @@ func (g *gate) close() {
 	defer g.mu.Unlock()
 	g.closed = true
 	g.expiry.Stop()
-	g.expiryAt = time.Time{}
+	g.armed = false
 	for w := g.head; w != nil; w = g.head {
 		g.removeLocked(w)
 		w.removed, w.err = true, ErrClosed
@@ -449,8 +454,8 @@ func (g *gate) pushLocked(w *waiter) {
 	if g.head == nil {
 		g.standing = w.start
 	}
-	if g.expiryAt.IsZero() {
-		g.armLocked(w.deadline)
+	if !g.armed {
+		g.armLocked(w.deadline - w.start) // w.start is now
 	}
 	w.prev = g.tail
 	if g.tail != nil {

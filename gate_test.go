@@ -292,9 +292,9 @@ func TestGateAdaptiveServesNewestFirstAndShedsStaleWaitersOnceTheQueueStands(t *
 	// Make the queue standing and the first waiter stale without sleeping: backdate them, and
 	// make the later two fresh so that this test does not depend on the machine's speed.
 	g.mu.Lock()
-	now := time.Now()
-	g.standing = now.Add(-time.Second)
-	g.head.start = now.Add(-time.Second)
+	now := monoNow()
+	g.standing = now - time.Second
+	g.head.start = now - time.Second
 	for w := g.head.next; w != nil; w = w.next {
 		w.start = now
 	}
@@ -331,7 +331,7 @@ func TestGateAdaptiveStaysFIFOWhileTheQueueEmpties(t *testing.T) {
 	first := acquireAsync(t, g, context.Background())
 	second := acquireAsync(t, g, context.Background())
 	g.mu.Lock()
-	g.standing = time.Now() // the queue formed just now, however slow this machine is
+	g.standing = monoNow() // the queue formed just now, however slow this machine is
 	g.mu.Unlock()
 	g.release(nil)
 	if err := <-first; err != nil {
