@@ -116,9 +116,12 @@ func (c *call) end() {
 
 // endLeftoverWatch ends a watch still armed when the binding ends: the rows of a query that were
 // not closed first (database/sql closes them, so only after a panic). A watch must not outlive
-// its binding; one that cut the socket short leaves the connection broken.
+// its binding; one that cut the socket short leaves the connection broken. Only a call on a
+// connection whose driver needs a watch (pc.watched) arms one that can outlive the call (the
+// driver seam's own watches end before its methods return), so for any other the socket's lock
+// is not taken.
 func (pc *physConn) endLeftoverWatch() {
-	if pc.sock != nil && pc.sock.EndAnyWatch() {
+	if pc.watched && pc.sock != nil && pc.sock.EndAnyWatch() {
 		pc.broken = true
 	}
 }
