@@ -20,7 +20,7 @@ import (
 //     its statement event needs: it is emitted once, when the call ends (finish) or, for a
 //     query, when its first result came (answered), the call going on until its rows close.
 //
-// When the call ends it latches into the physical connection's session record (session.go) what
+// When the call ends it latches into the physical connection's session record (physconn.go) what
 // the binding must know afterwards: the watch cut the socket short (the connection is broken),
 // the context ended while the driver gave up the connection (the server may still run the
 // statement: see session.mayRun), and the server's transaction status as the driver last heard
