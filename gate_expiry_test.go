@@ -21,12 +21,7 @@ import (
 // (synctest.Wait: nothing else in the bubble runs meanwhile, and the clock does not move).
 func queueAt(t *testing.T, g *gate, ctx context.Context) <-chan error {
 	t.Helper()
-	before := gateStats(g).Waiting
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.acquire(ctx)
-		done <- err
-	}()
+	done, before := startAcquire(g, ctx)
 	synctest.Wait()
 	if w := gateStats(g).Waiting; w != before+1 {
 		t.Fatalf("waiting %d after queueing one, want %d", w, before+1)

@@ -38,14 +38,21 @@ func mustAcquire(t *testing.T, g *gate) {
 // acquireAsync starts an acquire and returns its result channel once the caller is queued.
 func acquireAsync(t *testing.T, g *gate, ctx context.Context) <-chan error {
 	t.Helper()
-	before := gateStats(g).Waiting
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.acquire(ctx)
-		done <- err
-	}()
+	done, before := startAcquire(g, ctx)
 	waitFor(t, "waiter queued", func() bool { return gateStats(g).Waiting == before+1 })
 	return done
+}
+
+// startAcquire starts an acquire on g in a goroutine of its own; it returns the acquire's result
+// channel and how many waited before it.
+func startAcquire(g *gate, ctx context.Context) (done <-chan error, before int) {
+	before = gateStats(g).Waiting
+	ch := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx)
+		ch <- err
+	}()
+	return ch, before
 }
 
 // The timing tests run in a testing/synctest bubble, whose clock moves only while every goroutine
