@@ -610,3 +610,140 @@ func TestFleetRealInstanceKeepsTheTotalsWhileTheSchemaIsDisturbed(t *testing.T) 
 		t.Logf("at most %d connections in %d samples; %d operations served", worst.Load(), samples.Load(), served.Load())
 	})
 }
+
+// TestFleetGrantCountsARowDeletedWhileItIsComputed: a member asks to grow while another
+// member's row is deleted (by hand, as in the test above), and the deletion is committed while
+// the grant is being computed. The other member's lease connection holds its lock all along, so
+// its share is still its own: the grant must count it either by its row or, once the row is
+// gone, by its lock, whichever the grant's reading of the table sees, and never grant its room.
+// The table is a view over the real one whose rows, read by the growing member once it holds the
+// growth lock, make it wait until the test has deleted the row: the deletion lands, every time,
+// after the grant's first read of the table.
+func TestFleetGrantCountsARowDeletedWhileItIsComputed(t *testing.T) {
+	ft := newFleetTest(t, totals12, healTTL, healRefresh)
+	base, pause := ft.table+"_rows", ft.table+"_pause"
+	dialA, _ := ft.dialer("")
+	dialB, appB := ft.dialer("")
+	// pauseKey is a one-key advisory lock (objsubid 1): no fleet lock is one.
+	pauseKey := int64(fleet.Key(ft.name)) + 1<<40
+	t.Cleanup(func() { // before newFleetTest's, which drops a table of the view's name
+		for _, drop := range []string{"VIEW IF EXISTS " + ft.table, "TABLE IF EXISTS " + base, "FUNCTION IF EXISTS " + pause + "()"} {
+			if _, err := ft.adm.Exec("DROP " + drop); err != nil {
+				t.Errorf("drop %s: %v", drop, err)
+			}
+		}
+	})
+	for _, q := range []string{
+		`CREATE TABLE ` + base + ` (fleet text NOT NULL, member int NOT NULL, joined timestamptz NOT NULL,
+			expires timestamptz NOT NULL, conns int NOT NULL, concurrent int[] NOT NULL, queue int[] NOT NULL,
+			total_conns int NOT NULL, total_concurrent int[] NOT NULL, total_queue int[] NOT NULL,
+			info text NOT NULL DEFAULT '', PRIMARY KEY (fleet, member))`,
+		// Waits, once per transaction, when member B's lease connection reads a row while it
+		// holds the growth lock (k, 0) and the test holds pauseKey.
+		fmt.Sprintf(`CREATE FUNCTION %s() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+	IF current_setting('application_name') = %s AND current_setting('gated_test.paused', true) IS DISTINCT FROM 'y'
+		AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
+			AND l.granted AND l.objsubid = 2 AND l.objid = 0::oid) THEN
+		PERFORM set_config('gated_test.paused', 'y', true);
+		PERFORM pg_advisory_xact_lock_shared(%d);
+	END IF;
+	RETURN true;
+END $$`, pause, quoteLiteral(appB), pauseKey),
+		`CREATE VIEW ` + ft.table + ` AS SELECT * FROM ` + base + ` WHERE ` + pause + `()`,
+	} {
+		if _, err := ft.adm.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	a, err := dialA(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dialB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := fleet.EnsureSchema(ctx, a, ft.table); err != nil {
+		t.Fatal(err)
+	}
+	half := fleet.TargetShare(totals12, 2, 0)
+	refresh := func(c fleet.Conn, id int32, joining bool, have, want fleet.Share) {
+		t.Helper()
+		req := &fleet.Request{Fleet: ft.name, Key: fleet.Key(ft.name), Member: id, Joining: joining, TTL: ft.ttl,
+			Have: have, Want: want, Totals: totals12, Reclaim: !joining}
+		if _, err := fleet.Refresh(ctx, c, ft.table, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	declared := func(id int32) int {
+		t.Helper()
+		var n int
+		if err := ft.adm.QueryRow("SELECT coalesce(sum(conns), 0) FROM "+base+" WHERE fleet = $1 AND member = $2", ft.name, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	zero := fleet.ZeroShare(1)
+	// A and B join and are granted half each; both then hold it.
+	refresh(a, 1, true, zero, half)
+	refresh(b, 2, true, zero, half)
+	if da, db := declared(1), declared(2); da != half.Conns || db != half.Conns {
+		t.Fatalf("after joining: A declares %d, B %d, want %d each", da, db, half.Conns)
+	}
+	refresh(a, 1, false, half, half)
+
+	pin, err := ft.adm.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Close()
+	if _, err := pin.ExecContext(ctx, "SELECT pg_advisory_lock($1)", pauseKey); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			if _, err := pin.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", pauseKey); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer release()
+	// B asks for everything: only what A's declaration leaves free, none, may be granted.
+	grown := make(chan error, 1)
+	go func() {
+		req := &fleet.Request{Fleet: ft.name, Key: fleet.Key(ft.name), Member: 2, TTL: ft.ttl,
+			Have: half, Want: half.Join(totals12), Totals: totals12, Reclaim: true}
+		_, err := fleet.Refresh(ctx, b, ft.table, req)
+		grown <- err
+	}()
+	waitFor(t, "B's grant paused after its first read of the table", func() bool {
+		var n int
+		err := ft.adm.QueryRow(`SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+			WHERE a.application_name = $1 AND l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1`, appB).Scan(&n)
+		return err == nil && n == 1
+	})
+	if _, err := ft.adm.Exec("DELETE FROM "+base+" WHERE fleet = $1 AND member = 1", ft.name); err != nil {
+		t.Fatal(err)
+	}
+	var locked bool
+	if err := ft.adm.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+		AND classid = $1::int::oid AND objid = 1)`, int64(fleet.Key(ft.name))).Scan(&locked); err != nil || !locked {
+		t.Fatalf("A's lock is not held (%v): the grant could take its room by right", err)
+	}
+	release()
+	if err := <-grown; err != nil {
+		t.Fatal(err)
+	}
+	if db := declared(2); db != half.Conns {
+		t.Errorf("B was granted %d connections while A, its row deleted during the grant and its lock held, holds %d of the %d", db, half.Conns, totals12.Conns)
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -120,8 +120,9 @@ DECLARE
 	grant_c int;
 	grant_b int[] := have_b;
 	grant_q int[] := have_q;
-	oc int; ob int; oq int;
-	ec int; eb int; eq int;
+	unseen boolean;
+	oc int; ob int[]; oq int[];
+	ec int; eb int[]; eq int[];
 	me_start timestamptz := (SELECT a.backend_start FROM pg_stat_activity a WHERE a.pid = pg_backend_pid());
 BEGIN
 	IF prev_pid > 0 AND prev_pid <> pg_backend_pid() THEN
@@ -210,24 +211,37 @@ BEGIN
 		-- and it has not declared again yet) may hold any share, so nothing is free until it has
 		-- declared what it holds. A newcomer's lock taken before its row is committed counts so
 		-- too, for a moment. (k, 0) is this lock, no member's.
-		IF EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+		--
+		-- One statement looks for such locks and sums the others' declarations, so that both read
+		-- the rows of one snapshot: every other member is then either in the sums, with what its
+		-- row declares, or without a row there, and then its lock (read after the snapshot) holds
+		-- the grant back. Read by two statements, a row deleted between them would be in
+		-- neither: the first would see the row beside the lock, the second would sum without it.
+		WITH o AS (
+			SELECT r.conns, r.concurrent, r.queue, r.total_conns, r.total_concurrent, r.total_queue
+			FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t)
+		), g AS (
+			SELECT x.i, coalesce(sum(o.concurrent[x.i]), 0) AS sum_b, least(tot_b[x.i], min(o.total_concurrent[x.i])) AS least_b,
+				coalesce(sum(o.queue[x.i]), 0) AS sum_q, least(tot_q[x.i], min(o.total_queue[x.i])) AS least_q
+			FROM generate_series(1, coalesce(array_length(tot_b, 1), 0)) AS x(i) LEFT JOIN o ON true GROUP BY x.i
+		)
+		SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 				AND l.classid = k::oid AND l.objid <> 0::oid AND l.objid <> m::oid
 				AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-				AND NOT EXISTS (SELECT 1 FROM %[1]s r WHERE r.fleet = f AND r.member::oid = l.objid)) THEN
+				AND NOT EXISTS (SELECT 1 FROM %[1]s r WHERE r.fleet = f AND r.member::oid = l.objid)),
+			(SELECT coalesce(sum(o.conns), 0) FROM o), (SELECT least(tot_c, min(o.total_conns)) FROM o),
+			ARRAY(SELECT g.sum_b FROM g ORDER BY g.i), ARRAY(SELECT g.least_b FROM g ORDER BY g.i),
+			ARRAY(SELECT g.sum_q FROM g ORDER BY g.i), ARRAY(SELECT g.least_q FROM g ORDER BY g.i)
+			INTO unseen, oc, ec, ob, eb, oq, eq;
+		IF unseen THEN
 			want_c := have_c;
 			want_b := have_b;
 			want_q := have_q;
 		END IF;
-		SELECT coalesce(sum(r.conns), 0), least(tot_c, min(r.total_conns)) INTO oc, ec
-			FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t);
 		grant_c := greatest(have_c, least(want_c, ec - oc));
 		FOR i IN 1 .. coalesce(array_length(tot_b, 1), 0) LOOP
-			SELECT coalesce(sum(r.concurrent[i]), 0), least(tot_b[i], min(r.total_concurrent[i])),
-				coalesce(sum(r.queue[i]), 0), least(tot_q[i], min(r.total_queue[i]))
-				INTO ob, eb, oq, eq
-				FROM %[1]s r WHERE r.fleet = f AND r.member <> m AND %[1]s_live(k, r.member, r.expires, t);
-			grant_b[i] := greatest(have_b[i], least(want_b[i], eb - ob));
-			grant_q[i] := greatest(have_q[i], least(want_q[i], eq - oq));
+			grant_b[i] := greatest(have_b[i], least(want_b[i], eb[i] - ob[i]));
+			grant_q[i] := greatest(have_q[i], least(want_q[i], eq[i] - oq[i]));
 		END LOOP;
 		UPDATE %[1]s AS r SET conns = grant_c, concurrent = grant_b, queue = grant_q
 			WHERE r.fleet = f AND r.member = m;
