@@ -285,15 +285,18 @@ func TestGateCloseWhileWaitersWait(t *testing.T) {
 // all have returned every permit is back.
 func TestGateRandomLoadKeepsItsBudgets(t *testing.T) {
 	for _, mode := range []string{"fifo", "adaptive", "lending"} {
-		for seed := range uint64(4) {
-			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { randomGateLoad(t, mode, seed) })
+		for draw := range uint64(4) {
+			t.Run(fmt.Sprintf("%s/draw=%d", mode, draw), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { randomGateLoad(t, mode, draw) })
 			})
 		}
 	}
 }
 
-func randomGateLoad(t *testing.T, mode string, seed uint64) {
+// randomGateLoad runs the load of TestGateRandomLoadKeepsItsBudgets on gates of mode; draw picks
+// the random source, so that each draw is another sequence of holds, deadlines and cancellations,
+// the same on every run.
+func randomGateLoad(t *testing.T, mode string, draw uint64) {
 	const workers, rounds, wait = 16, 100, 7 * time.Millisecond
 	var gates []*gate
 	switch mode {
@@ -338,7 +341,7 @@ func randomGateLoad(t *testing.T, mode string, seed uint64) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			r := rand.New(rand.NewPCG(draw, uint64(w)))
 			for range rounds {
 				gi := r.IntN(len(gates))
 				g, tl := gates[gi], &tallies[gi]

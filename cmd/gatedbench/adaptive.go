@@ -818,8 +818,8 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 	}
 	defer floor.close()
 	w := cpuWork(b.ac.cpuRows)
-	n := len(fixed)
-	plain := ts[n+1]
+	// openSet's order: the fixed B, auto, plain, the peer.
+	plain, peer := ts[len(ts)-2], ts[len(ts)-1]
 	capacity, unl, err := b.measureBase(ctx, "drop", plain, w)
 	if err != nil {
 		return err
@@ -830,7 +830,7 @@ func (b *bench) dropScenario(ctx context.Context, rep *adaptiveReport) error {
 		return []phaseLoad{{d: phase, rate: rate, work: w}, {d: phase, rate: rate, work: w, at: b.competingLoad(b.ac.compete)}, {d: phase, rate: rate, work: w}}
 	}
 	// B=1 Q=0, the fixed B, auto, the peer; not plain.
-	keep := append(append([]*adTarget{floor}, ts[:n+1]...), ts[n+2])
+	keep := append(append([]*adTarget{floor}, ts[:len(ts)-2]...), peer)
 	if b.ac.dropOnly != "" {
 		only, all := strings.Split(b.ac.dropOnly, ","), names(keep)
 		for _, n := range only {
