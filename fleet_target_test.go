@@ -77,97 +77,122 @@ func TestPoolSetMaxClosesIdleAtOnceAndInUseOnReturn(t *testing.T) {
 // default workload and 1 of the batch workload), and
 // when that member leaves it grows back. pg_stat_activity is the
 // ground truth: at no sample do the instance's backends and what the other member holds add up to
-// more than the total and the instance's lease connection.
+// more than the total and the instance's lease connection. With gate_concurrent=auto the default
+// workload's B is its ceiling, P less batch's 2: 6 alone, 3 beside the other member. The limit
+// stays within 1 and 3 there, climbs back to 6 under load once the share has grown back, and
+// when another member joins an idle instance, it is 3 at once.
 func TestFleetRealInstanceHoldsItsShareUnderLoad(t *testing.T) {
-	for _, drv := range innerDrivers {
-		t.Run(drv, func(t *testing.T) {
-			totals := fleet.Share{Conns: 8, Concurrent: []int{4, 2}, Queue: []int{6, 2}}
-			ft := newFleetTest(t, totals, 2*time.Second, 100*time.Millisecond)
-			defer ft.watchDeclared()()
-			params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms"+
-				"&gate_max_conns=8&gate_concurrent=4&gate_queue=6&gate_queue_wait=50ms&gate_workloads=batch:2:2", ft.name, ft.table)
-			db, c, app := openPGAt(t, pgtest.URL(t), drv, params)
-			waitFor(t, "the instance alone to hold everything", func() bool { return c.Stats().Fleet.Conns == 8 })
-			batch := func() Stats { s, _ := c.WorkloadStats("batch"); return s }
-			if s, bs := c.Stats(), batch(); s.Concurrent != 4 || s.Queue != 6 || s.Pool.MaxConns != 8 || s.Fleet.Members != 1 ||
-				s.Fleet.TotalConcurrent != 4 || bs.Concurrent != 2 || bs.Fleet.TotalConcurrent != 2 {
-				t.Fatalf("alone: B %d, Q %d, P %d, fleet %+v; batch B %d, fleet %+v", s.Concurrent, s.Queue, s.Pool.MaxConns, s.Fleet, bs.Concurrent, bs.Fleet)
-			}
-
-			ctx, stop := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			var served, refused atomic.Int64
-			for i := range 10 {
-				wctx := ctx
-				if i >= 8 {
-					wctx = WithWorkload(ctx, "batch")
-				}
-				wg.Go(func() {
-					for ctx.Err() == nil {
-						_, err := db.ExecContext(wctx, "SELECT pg_sleep(0.01)")
-						switch {
-						case err == nil:
-							served.Add(1)
-						case IsRejected(err):
-							refused.Add(1)
-							time.Sleep(time.Millisecond)
-						case ctx.Err() == nil:
-							t.Errorf("an operation failed: %v", err)
-							return
-						}
-					}
-				})
-			}
-			var worst atomic.Int64
-			var samples atomic.Int64
-			var other *fakeTarget
-			var otherMu sync.Mutex
-			sampler := repeat(func() bool {
-				otherMu.Lock()
-				o := other
-				otherMu.Unlock()
-				held := 0
-				if o != nil {
-					held = o.holds().Conns // before the backends: a growth it makes later cannot be counted twice
-				}
-				n := backends(t, ft.adm, app) + held
-				storeMax(&worst, int64(n))
-				samples.Add(1)
-				time.Sleep(5 * time.Millisecond)
-				return true
+	for _, concurrent := range []string{"4", "auto"} {
+		for _, drv := range innerDrivers {
+			t.Run("gate_concurrent="+concurrent+"/"+drv, func(t *testing.T) {
+				testFleetRealInstanceUnderLoad(t, drv, concurrent)
 			})
+		}
+	}
+}
 
-			waitFor(t, "samples under load alone", func() bool { return samples.Load() >= 20 })
-			m, tg := ft.member(nil, nil)
-			otherMu.Lock()
-			other = tg
-			otherMu.Unlock()
-			waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().Conns == 4 })
-			if s, bs := c.Stats(), batch(); s.Concurrent != 2 || bs.Concurrent != 1 || s.Pool.MaxConns != 4 || s.Fleet.Members != 2 {
-				t.Fatalf("beside another member: B %d and batch %d, P %d, fleet %+v", s.Concurrent, bs.Concurrent, s.Pool.MaxConns, s.Fleet)
+func testFleetRealInstanceUnderLoad(t *testing.T, drv, concurrent string) {
+	auto, b := concurrent == "auto", 4 // the default workload's B; auto's ceiling, P less batch's B
+	if auto {
+		b = 6
+	}
+	totals := fleet.Share{Conns: 8, Concurrent: []int{b, 2}, Queue: []int{6, 2}}
+	ft := newFleetTest(t, totals, 2*time.Second, 100*time.Millisecond)
+	defer ft.watchDeclared()()
+	params := fmt.Sprintf("gate_fleet=on&gate_name=%s&gate_fleet_table=%s&gate_fleet_ttl=2s&gate_fleet_refresh=100ms"+
+		"&gate_max_conns=8&gate_concurrent=%s&gate_queue=6&gate_queue_wait=50ms&gate_workloads=batch:2:2", ft.name, ft.table, concurrent)
+	db, c, app := openPGAt(t, pgtest.URL(t), drv, params)
+	waitFor(t, "the instance alone to hold everything", func() bool { return c.Stats().Fleet.Conns == 8 })
+	batch := func() Stats { s, _ := c.WorkloadStats("batch"); return s }
+	if s, bs := c.Stats(), batch(); s.Concurrent != b || s.Queue != 6 || s.Pool.MaxConns != 8 || s.Fleet.Members != 1 ||
+		s.Fleet.TotalConcurrent != b || bs.Concurrent != 2 || bs.Fleet.TotalConcurrent != 2 {
+		t.Fatalf("alone: B %d, Q %d, P %d, fleet %+v; batch B %d, fleet %+v", s.Concurrent, s.Queue, s.Pool.MaxConns, s.Fleet, bs.Concurrent, bs.Fleet)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var served, refused atomic.Int64
+	for i := range 10 {
+		wctx := ctx
+		if i >= 8 {
+			wctx = WithWorkload(ctx, "batch")
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, err := db.ExecContext(wctx, "SELECT pg_sleep(0.01)")
+				switch {
+				case err == nil:
+					served.Add(1)
+				case IsRejected(err):
+					refused.Add(1)
+					time.Sleep(time.Millisecond)
+				case ctx.Err() == nil:
+					t.Errorf("an operation failed: %v", err)
+					return
+				}
 			}
-			waitFor(t, "the instance's backends within its share and its lease", func() bool { return backends(t, ft.adm, app) <= 4+1 })
-			at := samples.Load()
-			waitFor(t, "samples under load beside the other", func() bool { return samples.Load() >= at+20 })
-			m.Close()
-			tg.gone()
-			waitFor(t, "the instance to grow back", func() bool { return c.Stats().Fleet.Conns == 8 })
-			at = samples.Load()
-			waitFor(t, "samples under load alone again", func() bool { return samples.Load() >= at+20 })
-			sampler()
-			stop()
-			wg.Wait()
-			// The instance's lease connection is outside the total; the fake member has none.
-			if w := worst.Load(); w > int64(totals.Conns)+1 {
-				t.Errorf("at worst the instance's backends and the other member's share added up to %d, above %d and the instance's lease (%d samples)", w, totals.Conns, samples.Load())
-			}
-			t.Logf("%d samples, at worst %d of %d; %d operations served, %d refused", samples.Load(), worst.Load(), totals.Conns, served.Load(), refused.Load())
-			if served.Load() == 0 {
-				t.Error("no operation was served")
-			}
-			checkQuiet(t, db, c, 0)
 		})
 	}
+	var worst atomic.Int64
+	var samples atomic.Int64
+	var other *fakeTarget
+	var otherMu sync.Mutex
+	sampler := repeat(func() bool {
+		otherMu.Lock()
+		o := other
+		otherMu.Unlock()
+		held := 0
+		if o != nil {
+			held = o.holds().Conns // before the backends: a growth it makes later cannot be counted twice
+		}
+		n := backends(t, ft.adm, app) + held
+		storeMax(&worst, int64(n))
+		samples.Add(1)
+		time.Sleep(5 * time.Millisecond)
+		return true
+	})
+
+	waitFor(t, "samples under load alone", func() bool { return samples.Load() >= 20 })
+	m, tg := ft.member(nil, nil)
+	otherMu.Lock()
+	other = tg
+	otherMu.Unlock()
+	waitFor(t, "the instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().Conns == 4 })
+	if s, bs := c.Stats(), batch(); s.Concurrent > b/2 || s.Concurrent < 1 || !auto && s.Concurrent != b/2 || bs.Concurrent != 1 || s.Pool.MaxConns != 4 || s.Fleet.Members != 2 {
+		t.Fatalf("beside another member: B %d and batch %d, P %d, fleet %+v", s.Concurrent, bs.Concurrent, s.Pool.MaxConns, s.Fleet)
+	}
+	waitFor(t, "the instance's backends within its share and its lease", func() bool { return backends(t, ft.adm, app) <= 4+1 })
+	at := samples.Load()
+	waitFor(t, "samples under load beside the other", func() bool { return samples.Load() >= at+20 })
+	m.Close()
+	tg.gone()
+	waitFor(t, "the instance to grow back", func() bool { return c.Stats().Fleet.Conns == 8 })
+	// A fixed B is the share's at once; auto's limit climbs to it under the load.
+	waitFor(t, "the default workload's B back at the whole", func() bool { return c.Stats().Concurrent == b })
+	at = samples.Load()
+	waitFor(t, "samples under load alone again", func() bool { return samples.Load() >= at+20 })
+	sampler()
+	stop()
+	wg.Wait()
+	if auto {
+		// Idle, the limiter learns nothing: the share alone must bound its limit, at once.
+		m, tg := ft.member(nil, nil)
+		waitFor(t, "the idle instance to shrink to its half", func() bool { return c.Stats().Fleet.Conns == 4 && tg.holds().Conns == 4 })
+		if s := c.Stats(); s.Concurrent != b/2 {
+			t.Errorf("idle beside another member: the default workload's limit %d, want its share's %d", s.Concurrent, b/2)
+		}
+		m.Close()
+		tg.gone()
+	}
+	// The instance's lease connection is outside the total; the fake member has none.
+	if w := worst.Load(); w > int64(totals.Conns)+1 {
+		t.Errorf("at worst the instance's backends and the other member's share added up to %d, above %d and the instance's lease (%d samples)", w, totals.Conns, samples.Load())
+	}
+	t.Logf("%d samples, at worst %d of %d; %d operations served, %d refused", samples.Load(), worst.Load(), totals.Conns, served.Load(), refused.Load())
+	if served.Load() == 0 {
+		t.Error("no operation was served")
+	}
+	checkQuiet(t, db, c, 0)
 }
 
 // TestFleetConfigurationErrors: gate_fleet=on without gate_name is a *DSNError naming gate_fleet, from
