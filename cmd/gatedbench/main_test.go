@@ -266,3 +266,35 @@ func TestClosedLoopMeasuresOnlyOnceEveryWorkerIsWarm(t *testing.T) {
 		t.Errorf("measured for %v, want the whole window of 50ms", lr.Elapsed)
 	}
 }
+
+// The CPU-bound scenario's goodput target holds in every round, not only for the medians: a
+// contender whose median is within 95 % of C* but that served 0.9 of the best fixed B in one
+// round fails the row of every round.
+func TestCPUTargetsCheckEveryRound(t *testing.T) {
+	run := func(name string, round int, g float64) runResult {
+		return runResult{Contender: name, Load: 5, Round: round, Goodput: g, P99: time.Millisecond}
+	}
+	s := &scenarioResult{Unloaded: time.Millisecond, Runs: map[string][]runResult{
+		"B=1":    {run("B=1", 0, 1000), run("B=1", 1, 1000), run("B=1", 2, 1000)},
+		"B=2":    {run("B=2", 0, 500), run("B=2", 1, 500), run("B=2", 2, 500)},
+		"auto":   {run("auto", 0, 1000), run("auto", 1, 990), run("auto", 2, 900)},
+		peerName: {run(peerName, 0, 100), run(peerName, 1, 100), run(peerName, 2, 100)},
+	}}
+	result := func(r *adaptiveReport, name string) string {
+		for _, row := range r.targets {
+			if row.name == name {
+				return row.result
+			}
+		}
+		t.Fatalf("no target row %q in %+v", name, r.targets)
+		return ""
+	}
+	r := &adaptiveReport{cfg: adaptiveConfig{P: 2}}
+	r.cpuTargets(new(strings.Builder), s)
+	if got, want := result(r, "cpu 5×: auto goodput / C*"), passFail(true); got != want {
+		t.Errorf("the medians' row: %s, want %s (990 of 1000)", got, want)
+	}
+	if got, want := result(r, "cpu 5×: auto goodput / that round's best fixed B, in every round"), passFail(false); got != want {
+		t.Errorf("the rounds' row: %s, want %s (0.90 in the third round)", got, want)
+	}
+}
