@@ -397,3 +397,39 @@ func TestAutoBurstAfterAnIdleStormIsRefusedNoMoreThanAfterAnIdleCalm(t *testing.
 		}
 	})
 }
+
+// sqlStateErr is a server error with a SQLSTATE, as pgx's and lib/pq's errors report it.
+type sqlStateErr string
+
+func (e sqlStateErr) Error() string    { return "server error " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+// A caller's deadline that the gate's queue spent is no evidence of the database's load: an
+// operation that waited for its permit longer than it then ran before the deadline ended it is
+// no overload sample, one that ran longer is; the server's own timeout is one either way.
+func TestAutoCountsADeadlineTheQueueSpentAsNoOverload(t *testing.T) {
+	g := newAutoGate(8, 8, 8, time.Minute)
+	ended, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ended.Done()
+	for _, c := range []struct {
+		name        string
+		ctx         context.Context
+		err         error
+		waited, ran time.Duration
+		want        outcome
+	}{
+		{"the queue spent most of the deadline", ended, ended.Err(), 90 * time.Millisecond, 10 * time.Millisecond, outcomeFailed},
+		{"the database spent most of the deadline", ended, ended.Err(), 10 * time.Millisecond, 90 * time.Millisecond, outcomeOverload},
+		{"the server's statement timeout after a long wait", context.Background(), sqlStateErr("57014"), 90 * time.Millisecond, 10 * time.Millisecond, outcomeOverload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := monoNow()
+			b := binding{g: g, queued: c.waited, readyAt: now - c.ran, worst: outcomeOK}
+			b.note(c.ctx, c.err)
+			if b.worst != c.want {
+				t.Errorf("outcome %v, want %v", b.worst, c.want)
+			}
+		})
+	}
+}

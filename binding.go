@@ -30,8 +30,10 @@ type binding struct {
 	since  time.Duration   // when the permit was granted (monoNow), if an Observer is attached
 	ctx    context.Context // the context that made the binding, for the Observer's events; nil when unbound
 
-	// For gate_concurrent=auto (g.lim set): when the connection was ready (monoNow), and the
-	// worst outcome of the binding's calls.
+	// For gate_concurrent=auto (g.lim set): how long the binding waited in the gate's queue for
+	// its permit, when the connection was ready (monoNow), and the worst outcome of the
+	// binding's calls.
+	queued  time.Duration
 	readyAt time.Duration
 	worst   outcome
 }
@@ -44,7 +46,14 @@ func (b *binding) bind(ctx context.Context, c *Connector) error {
 		return err
 	}
 	start := c.obs.now()
+	var asked time.Duration
+	if g.lim != nil {
+		asked = monoNow()
+	}
 	pc, err := g.acquire(ctx)
+	if g.lim != nil {
+		b.queued = monoNow() - asked
+	}
 	b.since = c.obs.acquired(g, start, ctx, err)
 	if err != nil {
 		return err
@@ -64,9 +73,17 @@ func (b *binding) bind(ctx context.Context, c *Connector) error {
 
 // note records the error of one of the binding's calls under ctx for gate_concurrent=auto.
 func (b *binding) note(ctx context.Context, err error) {
-	if b.g != nil && b.g.lim != nil {
-		b.worst = max(b.worst, outcomeOf(ctx, err))
+	if b.g == nil || b.g.lim == nil {
+		return
 	}
+	o := outcomeOf(ctx, err)
+	if o == outcomeOverload && ctx.Err() != nil && monoNow()-b.readyAt < b.queued {
+		// The caller's deadline ended the operation after it had waited in the gate's queue
+		// longer than it ran: the queue spent the budget, and a wait in the gate is no evidence
+		// of the database's load. Its hold time is no sample of service either.
+		o = outcomeFailed
+	}
+	b.worst = max(b.worst, o)
 }
 
 // unbind ends the binding: a physical connection that its calls left reusable goes to the next
