@@ -28,13 +28,16 @@ const (
 	OK Outcome = iota
 	// Failed: it failed for a reason that says nothing about load (a syntax error, a
 	// constraint, a lost connection), or its hold time is not the service's alone (the first
-	// operation on a new connection, which pays for the server's session start). Not a sample
-	// of service time: a fast failure must not look like fast service.
+	// operation on a new connection, which pays for the server's session start), or the caller's
+	// deadline ended it after the gate's queue had spent most of that deadline (the gate tells,
+	// from its wait). Not a sample of service time: a fast failure must not look like fast
+	// service.
 	Failed
 	// Overload: it was ended by a timeout while it ran (statement_timeout, lock_timeout,
 	// the caller's deadline) or refused by the server for contention or load (serialization
 	// failure, deadlock, too many connections). The service took at least its hold time, and
-	// such a window never raises the limit.
+	// such a window never raises the limit. OutcomeOf classifies by the error alone; the gate
+	// turns a caller's deadline that its queue spent into Failed.
 	Overload
 )
 
