@@ -242,14 +242,8 @@ func TestAutoLimitChurnKeepsInvariants(t *testing.T) {
 	}
 }
 
-// stateErr is a server error with an SQLSTATE.
-type stateErr string
-
-func (e stateErr) Error() string    { return "server error " + string(e) }
-func (e stateErr) SQLState() string { return string(e) }
-
 // errAllocProbe is a server error that says nothing about load, made once.
-var errAllocProbe error = stateErr("23505")
+var errAllocProbe error = sqlStateError("23505")
 
 // A failing call costs gate_concurrent=auto no allocation beyond what it costs a fixed gate
 // (the observer's classification of server errors allocates on both).
@@ -398,12 +392,6 @@ func TestAutoBurstAfterAnIdleStormIsRefusedNoMoreThanAfterAnIdleCalm(t *testing.
 	})
 }
 
-// sqlStateErr is a server error with a SQLSTATE, as pgx's and lib/pq's errors report it.
-type sqlStateErr string
-
-func (e sqlStateErr) Error() string    { return "server error " + string(e) }
-func (e sqlStateErr) SQLState() string { return string(e) }
-
 // A caller's deadline that the gate's queue spent is no evidence of the database's load: an
 // operation that waited for its permit longer than it then ran before the deadline ended it is
 // no overload sample, one that ran longer is; the server's own timeout is one either way.
@@ -421,7 +409,7 @@ func TestAutoCountsADeadlineTheQueueSpentAsNoOverload(t *testing.T) {
 	}{
 		{"the queue spent most of the deadline", ended, ended.Err(), 90 * time.Millisecond, 10 * time.Millisecond, outcomeFailed},
 		{"the database spent most of the deadline", ended, ended.Err(), 10 * time.Millisecond, 90 * time.Millisecond, outcomeOverload},
-		{"the server's statement timeout after a long wait", context.Background(), sqlStateErr("57014"), 90 * time.Millisecond, 10 * time.Millisecond, outcomeOverload},
+		{"the server's statement timeout after a long wait", context.Background(), sqlStateError("57014"), 90 * time.Millisecond, 10 * time.Millisecond, outcomeOverload},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := monoNow()
