@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gatedsql/gated/internal/fakedb"
+	"github.com/gatedsql/gated/internal/testwait"
 )
 
 // newAutoGate returns a gate_concurrent=auto gate with ceiling b, at limit start after its cold
@@ -418,6 +421,47 @@ func TestAutoCountsADeadlineTheQueueSpentAsNoOverload(t *testing.T) {
 			if b.worst != c.want {
 				t.Errorf("outcome %v, want %v", b.worst, c.want)
 			}
+		})
+	}
+}
+
+// bind times the wait for the execution permit that note judges a deadline by, with an Observer
+// attached (whose clock readings it reuses) and without one: at least from the moment the
+// binding was seen waiting until the permit was given back, at most the whole bind.
+func TestAutoBindTimesItsWaitForThePermit(t *testing.T) {
+	const dsn = "gate_max_conns=1 gate_concurrent=auto gate_queue=1 gate_queue_wait=1m"
+	for _, observed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("observer %v", observed), func(t *testing.T) {
+			var (
+				db *sql.DB
+				c  *Connector
+				fd *fakedb.Driver
+			)
+			if observed {
+				db, c, fd = openObserved(t, dsn, ObserverFunc(func(Event) {}), nil)
+			} else {
+				db, c, fd = openFake(t, dsn)
+			}
+			held := holdPermit(t, db, fd, "h")
+			cn := &conn{c: c}
+			before := monoNow()
+			bound := make(chan error, 1)
+			go func() { bound <- cn.bind(context.Background()) }()
+			testwait.For(t, "the binding to wait for the permit", func() bool { return c.Stats().Waiting == 1 })
+			seen := monoNow()
+			fd.Release("h")
+			released := monoNow()
+			if err := <-bound; err != nil {
+				t.Fatalf("bind: %v", err)
+			}
+			after := monoNow()
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			if q := cn.queued; q < released-seen || q > after-before {
+				t.Errorf("bind timed a wait of %v, want between %v and %v", q, released-seen, after-before)
+			}
+			cn.unbind()
 		})
 	}
 }

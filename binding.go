@@ -46,17 +46,22 @@ func (b *binding) bind(ctx context.Context, c *Connector) error {
 		return err
 	}
 	start := c.obs.now()
-	var asked time.Duration
-	if g.lim != nil {
+	asked := start // with gate_concurrent=auto, when the binding asked for its permit
+	if g.lim != nil && asked == 0 {
 		asked = monoNow()
 	}
 	pc, err := g.acquire(ctx)
-	if g.lim != nil {
-		b.queued = monoNow() - asked
-	}
 	b.since = c.obs.acquired(g, start, ctx, err)
 	if err != nil {
 		return err
+	}
+	if g.lim != nil {
+		// The Observer's clock readings when it has them, so that the wait is timed once.
+		granted := b.since
+		if granted == 0 {
+			granted = monoNow()
+		}
+		b.queued = granted - asked
 	}
 	b.g = g
 	err = b.ready(ctx, c.pool, pc)
