@@ -16,6 +16,13 @@ var ErrAdmissionFull = errors.New("gated: admission full: too many operations ru
 // permit has been returned when the caller sees it.
 var ErrAdmissionTimeout = errors.New("gated: timed out waiting for an execution permit")
 
+// ErrAdmissionDisplaced is returned to an admitted operation that was waiting for an execution
+// permit when an arrival it must give way to took its place in a full gate: an arrival of a
+// higher priority ([WithPriority]), or of a tenant with fewer waiters ([WithTenant]). The
+// displaced operation is always the newest waiter of the priority or tenant that gives way, and
+// holds nothing when the caller sees the error. Callers answer it like [ErrAdmissionFull].
+var ErrAdmissionDisplaced = errors.New("gated: displaced from the queue by a caller of higher priority or of a tenant with fewer waiters")
+
 // ErrCommitUnknown is returned by Commit when the COMMIT may have reached the server and no answer
 // came back: the transaction may or may not have been committed, so check before you retry.
 // With pgx and lib/pq gated counts the bytes written to the connection's socket, so it appears
@@ -37,9 +44,10 @@ var ErrWaitCanceled = errors.New("gated: the context ended before an execution p
 var ErrClosed = errors.New("gated: connector is closed")
 
 // IsRejected reports whether err means the gate refused an operation under load
-// ([ErrAdmissionFull] or [ErrAdmissionTimeout]). A context's error is not a rejection.
+// ([ErrAdmissionFull], [ErrAdmissionTimeout] or [ErrAdmissionDisplaced]). A context's error is
+// not a rejection.
 func IsRejected(err error) bool {
-	return errors.Is(err, ErrAdmissionFull) || errors.Is(err, ErrAdmissionTimeout)
+	return errors.Is(err, ErrAdmissionFull) || errors.Is(err, ErrAdmissionTimeout) || errors.Is(err, ErrAdmissionDisplaced)
 }
 
 // A RejectReason says why a gate refused an operation.
@@ -54,9 +62,13 @@ const (
 	// or sooner when gate_queue_order=adaptive sheds a standing queue). The error wraps
 	// [ErrAdmissionTimeout].
 	RejectTimeout
+	// RejectDisplaced: the operation waited for an execution permit and gave its place to an
+	// arrival of a higher priority or of a tenant with fewer waiters. The error wraps
+	// [ErrAdmissionDisplaced].
+	RejectDisplaced
 )
 
-// String returns "full" or "timeout", the reason label of gatedprom's and gatedotel's
+// String returns "full", "timeout" or "displaced", the reason label of gatedprom's and gatedotel's
 // rejection counters.
 func (r RejectReason) String() string {
 	switch r {
@@ -64,19 +76,21 @@ func (r RejectReason) String() string {
 		return "full"
 	case RejectTimeout:
 		return "timeout"
+	case RejectDisplaced:
+		return "displaced"
 	}
 	return "unknown"
 }
 
 // A RejectedError is the error of an operation that a gate refused under load: it says which
-// workload's gate refused and why. It wraps [ErrAdmissionFull] or [ErrAdmissionTimeout], so
-// errors.Is and [IsRejected] match it as they match those sentinels; use errors.As to read
-// the workload, for example to answer with the Retry-After of that workload's gate (gatedhttp's
-// Rejecter does). Each gate returns the same two values every time, so a refusal allocates
+// workload's gate refused and why. It wraps [ErrAdmissionFull], [ErrAdmissionTimeout] or
+// [ErrAdmissionDisplaced], so errors.Is and [IsRejected] match it as they match those
+// sentinels; use errors.As to read the workload, for example to answer with the Retry-After of
+// that workload's gate (gatedhttp's Rejecter does). Each gate returns the same three values every time, so a refusal allocates
 // nothing: do not modify one.
 type RejectedError struct {
 	Workload string       // the refusing gate's workload: "default" for gate_concurrent's, or a gate_workloads name
-	Reason   RejectReason // RejectFull or RejectTimeout
+	Reason   RejectReason // RejectFull, RejectTimeout or RejectDisplaced
 	msg      string
 }
 
@@ -86,8 +100,11 @@ func newRejectedError(workload string, reason RejectReason) *RejectedError {
 }
 
 func rejectionSentinel(r RejectReason) error {
-	if r == RejectFull {
+	switch r {
+	case RejectFull:
 		return ErrAdmissionFull
+	case RejectDisplaced:
+		return ErrAdmissionDisplaced
 	}
 	return ErrAdmissionTimeout
 }
@@ -101,7 +118,7 @@ func (e *RejectedError) Error() string {
 	return e.msg
 }
 
-// Unwrap returns [ErrAdmissionFull] or [ErrAdmissionTimeout], by Reason.
+// Unwrap returns [ErrAdmissionFull], [ErrAdmissionTimeout] or [ErrAdmissionDisplaced], by Reason.
 func (e *RejectedError) Unwrap() error { return rejectionSentinel(e.Reason) }
 
 // DSNError reports a DSN key, or a [Config] field set in code, that gated cannot use. Key is the

@@ -16,7 +16,7 @@ type Event struct {
 	Workload string        // the gate's workload ("default" for gate_concurrent's); "" for connection events, which belong to the shared pool
 	Duration time.Duration // EventAdmitted, EventConnect, EventHold, EventStatement, EventConnOpened
 	Reason   CloseReason   // EventConnClosed
-	Err      error         // EventRejectedFull and EventRejectedTimeout (a *RejectedError), EventCanceled, EventConnect (when it failed), EventStatement (when it failed), EventConnectFailed, EventConnectCanceled, EventCommitUnknown
+	Err      error         // EventRejectedFull, EventRejectedTimeout and EventRejectedDisplaced (a *RejectedError), EventCanceled, EventConnect (when it failed), EventStatement (when it failed), EventConnectFailed, EventConnectCanceled, EventCommitUnknown
 
 	// Context is the context of the operation the event belongs to, for reading what it
 	// carries (a trace's span, say) and never to be retained: the operation's own for the gate's
@@ -31,10 +31,10 @@ type Event struct {
 type EventKind uint8
 
 // The kinds of [Event]. Each attempt to pass a gate yields exactly one of EventAdmitted,
-// EventRejectedFull, EventRejectedTimeout and EventCanceled, matching the Stats counters of the
-// same names. An admitted operation yields one EventConnect (unless its context had already
-// ended when the permit came, and it gave the permit straight back), and when that succeeded
-// one EventHold when its binding ends.
+// EventRejectedFull, EventRejectedTimeout, EventRejectedDisplaced and EventCanceled, matching the
+// Stats counters of the same names. An admitted operation yields one EventConnect (unless its
+// context had already ended when the permit came, and it gave the permit straight back), and
+// when that succeeded one EventHold when its binding ends.
 const (
 	// EventAdmitted: the operation got its execution permit. Duration is the time it waited
 	// for it, from arriving at the gate (0 when a permit was free at once, up to
@@ -81,6 +81,9 @@ const (
 	EventConnectCanceled
 	// EventConnClosed: a physical connection was closed, for Reason.
 	EventConnClosed
+	// EventRejectedDisplaced: refused with ErrAdmissionDisplaced while it waited: an arrival of
+	// a higher priority or of a tenant with fewer waiters took its place.
+	EventRejectedDisplaced
 )
 
 var eventKindNames = [...]string{
@@ -89,6 +92,7 @@ var eventKindNames = [...]string{
 	EventStatementTimeout: "statement_timeout", EventLockTimeout: "lock_timeout",
 	EventCommitUnknown: "commit_unknown", EventConnOpened: "conn_opened",
 	EventConnectFailed: "connect_failed", EventConnectCanceled: "connect_canceled", EventConnClosed: "conn_closed",
+	EventRejectedDisplaced: "rejected_displaced",
 }
 
 // String returns the kind's name in snake case, such as "rejected_full".

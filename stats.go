@@ -10,7 +10,8 @@ import (
 // Stats is a snapshot of one gate and of the physical pool behind it ([Connector.Stats],
 // [Connector.WorkloadStats], [Connector.AllStats]). Gauges are ints, counters
 // since the Connector was made are int64. Every admitted operation is counted in Admitted; every
-// attempt ends in exactly one of Admitted, RejectedFull, RejectedTimeout and Canceled. The
+// attempt ends in exactly one of Admitted, RejectedFull, RejectedTimeout, RejectedDisplaced and
+// Canceled. The
 // counters are kept whether or not an [Observer] is attached; gatedprom and gatedotel export them
 // as they are here.
 type Stats struct {
@@ -22,11 +23,12 @@ type Stats struct {
 	Lent     int // this gate's execution permits held now by other gates' operations (the workload option lend)
 	Borrowed int // operations counted in Running that hold a permit lent by another gate
 
-	Admitted        int64         // operations that got an execution permit
-	RejectedFull    int64         // refused at once with ErrAdmissionFull
-	RejectedTimeout int64         // refused with ErrAdmissionTimeout after gate_queue_wait (or at once when it is 0)
-	Canceled        int64         // whose context ended while they waited, or that the Connector's Close ended
-	WaitDuration    time.Duration // total time admitted operations waited for their execution permit
+	Admitted          int64         // operations that got an execution permit
+	RejectedFull      int64         // refused at once with ErrAdmissionFull
+	RejectedTimeout   int64         // refused with ErrAdmissionTimeout after gate_queue_wait (or at once when it is 0)
+	RejectedDisplaced int64         // refused with ErrAdmissionDisplaced while waiting: an arrival of a higher priority or of a tenant with fewer waiters took the place
+	Canceled          int64         // whose context ended while they waited, or that the Connector's Close ended
+	WaitDuration      time.Duration // total time admitted operations waited for their execution permit
 
 	StatementTimeouts int64 // statements that failed with SQLSTATE 57014 while their context was alive (statement_timeout)
 	LockTimeouts      int64 // statements that failed with SQLSTATE 55P03 (lock_timeout, NOWAIT)
