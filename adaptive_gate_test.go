@@ -115,7 +115,7 @@ func TestRefusedWaiterWhoseContextEndedCountsAsCanceled(t *testing.T) {
 	leaving := acquireAsync(t, g, ctx)
 	g.mu.Lock()
 	cancel() // the waiter wakes and waits for the mutex
-	g.refuseLocked(g.head)
+	g.refuseLocked(g.head, g.wl.timeout)
 	g.mu.Unlock()
 	if err := <-leaving; !errors.Is(err, ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want the waiter's own cancellation", err)

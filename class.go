@@ -43,6 +43,9 @@ type callClass struct {
 
 type classKey struct{}
 
+// level is c's priority as a level of internal/fairq: 0 for PriorityLow up to 2 for PriorityHigh.
+func (c callClass) level() int { return int(c.prio - PriorityLow) }
+
 // classFrom returns the tenant and priority ctx carries (the zero callClass when none).
 func classFrom(ctx context.Context) callClass {
 	c, _ := ctx.Value(classKey{}).(callClass)

@@ -4,7 +4,8 @@ package gated
 // file reports what happened through one method of its event family, and nothing else:
 //
 //   - admission, from the binding (binding.go): acquired (EventAdmitted, EventRejectedFull,
-//     EventRejectedTimeout, EventCanceled), connected (EventConnect), held (EventHold);
+//     EventRejectedTimeout, EventRejectedDisplaced, EventCanceled), connected (EventConnect),
+//     held (EventHold);
 //   - statements, from the end of a call (call.go): statement (EventStatement, and
 //     EventStatementTimeout and EventLockTimeout, which it counts in the workload's Stats), and
 //     commitUnknown (EventCommitUnknown, counted and always logged);
@@ -84,6 +85,11 @@ func (o *observer) acquiredSlow(g *gate, start time.Duration, ctx context.Contex
 		kind = EventRejectedTimeout
 		if o.log != nil {
 			g.wl.refusals.add(1, nil)
+		}
+	case g.wl.displaced:
+		kind = EventRejectedDisplaced
+		if o.log != nil {
+			g.wl.refusals.add(2, nil)
 		}
 	default:
 		kind = EventCanceled

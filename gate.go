@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatedsql/gated/internal/fairq"
 	"github.com/gatedsql/gated/internal/limiter"
 )
 
@@ -38,8 +39,10 @@ import (
 // and need no lock.
 
 // A gate holds the two budgets of one workload: B execution permits and B+Q admission permits.
-// Waiters are served first in, first out, or with gate_queue_order=adaptive newest first while
-// the queue is standing (see QueueAdaptive).
+// Waiters are served by priority, then round-robin across tenants, first in, first out within
+// one (internal/fairq; see WithPriority and WithTenant), or with gate_queue_order=adaptive newest
+// first within one while the queue is standing (see QueueAdaptive). When admission is full, an
+// arrival may displace a waiter it comes before (fairq's Victim) instead of being refused.
 //
 // Admission permits are not counted separately: an operation holds one exactly while it runs or
 // waits, so admitted = running + waiting, and the B+Q limit is checked against that sum. One mutex
@@ -55,19 +58,21 @@ type gate struct {
 
 	mu sync.Mutex
 	// The fields below are guarded by mu.
-	lim        *limiter.Limit // gate_concurrent=auto (internal/limiter), which sets concurrent; nil for a fixed B
-	running    int            // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
-	waiting    int            // waiters in the FIFO list
-	head, tail *waiter        // operations waiting for an execution permit, oldest first
-	standing   time.Duration  // when the queue last went from empty to non-empty (monoNow)
-	armed      bool           // expiry will fire, at or before the head's deadline
+	lim        *limiter.Limit       // gate_concurrent=auto (internal/limiter), which sets concurrent; nil for a fixed B
+	running    int                  // execution permits held, borrowed ones included, and by operations whose connection is being destroyed
+	waiting    int                  // waiters queued
+	head, tail *waiter              // operations waiting for an execution permit, oldest first: the order of their deadlines
+	order      fairq.Queue[*waiter] // the same waiters, in the order they are served
+	standing   time.Duration        // when the queue last went from empty to non-empty (monoNow)
+	armed      bool                 // expiry will fire, at or before the head's deadline
 	closed     bool
 
-	admitted        int64
-	rejectedFull    int64
-	rejectedTimeout int64
-	canceled        int64
-	waitDuration    time.Duration
+	admitted          int64
+	rejectedFull      int64
+	rejectedTimeout   int64
+	rejectedDisplaced int64
+	canceled          int64
+	waitDuration      time.Duration
 }
 
 // A waiter is one operation queued for an execution permit. Waiters are pooled per gate: ready is
@@ -75,20 +80,23 @@ type gate struct {
 // own: the gate's expiry ends its wait at its deadline (expire).
 type waiter struct {
 	ctx        context.Context
-	ready      chan struct{} // receives once when granted, refused or woken by close
-	start      time.Duration // monoNow, read under gate.mu as it is queued
-	deadline   time.Duration // start + gate_queue_wait
-	prev, next *waiter
+	ready      chan struct{}       // receives once when granted, refused or woken by close
+	start      time.Duration       // monoNow, read under gate.mu as it is queued
+	deadline   time.Duration       // start + gate_queue_wait
+	prev, next *waiter             // in the gate's list, by arrival
+	place      fairq.Item[*waiter] // in the gate's order of service
 
 	// Guarded by gate.mu.
 	granted bool      // the permit was handed over
 	pc      *physConn // connection handed over with the permit, or nil
 	removed bool      // taken off the list by someone else (skipped as ended, refused, or gate closed)
-	err     error     // set with removed when refused (ErrAdmissionTimeout) or the gate closed
+	err     error     // set with removed when refused (ErrAdmissionTimeout, ErrAdmissionDisplaced) or the gate closed
 }
 
 func newWaiter() any {
-	return &waiter{ready: make(chan struct{}, 1)}
+	w := &waiter{ready: make(chan struct{}, 1)}
+	w.place.Value = w
+	return w
 }
 
 // The bounds of gate_queue_order=adaptive (CoDel's interval and target, Facebook's values): a
@@ -131,6 +139,7 @@ func (g *gate) autoLimit(auto bool, min int) {
 // handed over by the previous holder, or nil when the caller must take one from the pool. On
 // failure nothing is held.
 func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
+	var cls callClass // read from ctx only when the operation must wait or admission is full
 	if err := ctx.Err(); err != nil {
 		// Checked first, so that a caller who has given up is counted as Canceled whether or
 		// not a permit is free, and never takes one.
@@ -146,9 +155,14 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.mu.Unlock()
 		return nil, ErrClosed
 	case g.running+g.waiting >= g.concurrent+g.queue:
-		g.rejectedFull++
-		g.mu.Unlock()
-		return nil, g.wl.full
+		// Full: refused, unless a waiter gives way to this arrival. Someone waits only when no
+		// permit is free and gate_queue_wait is set, so the arrival then queues in its place.
+		cls = classFrom(ctx)
+		if g.head == nil || !g.displaceLocked(cls) {
+			g.rejectedFull++
+			g.mu.Unlock()
+			return nil, g.wl.full
+		}
 	case g.ownFreeLocked() && g.head == nil:
 		// Nobody waits, so taking the permit cannot jump the queue.
 		g.running++
@@ -159,6 +173,8 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 		g.rejectedTimeout++
 		g.mu.Unlock()
 		return nil, g.wl.timeout
+	default:
+		cls = classFrom(ctx)
 	}
 	w := g.waiters.Get().(*waiter)
 	// The gate's clock is monoNow: one monotonic reading, cheaper than time.Now's two.
@@ -167,7 +183,7 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	if w.deadline < w.start {
 		w.deadline = math.MaxInt64 // a gate_queue_wait too long to add
 	}
-	g.pushLocked(w)
+	g.pushLocked(w, cls)
 	var reoffer *lending
 	if g.lend != nil && g.lend.borrows() {
 		// Queued first, so that a lender releasing meanwhile sees us (lend.go).
@@ -231,6 +247,7 @@ func (g *gate) finishWait(w *waiter) (*physConn, error) {
 
 func (g *gate) putWaiter(w *waiter) {
 	*w = waiter{ready: w.ready}
+	w.place.Value = w
 	g.waiters.Put(w)
 }
 
@@ -297,15 +314,14 @@ func (g *gate) releaseLocked(pc *physConn) {
 	}
 }
 
-// grantLocked hands an execution permit, with pc (nil: none), to the first waiter whose context
-// has not ended (the newest with newestFirst), and reports whether there was one. running is
-// unchanged: the permit passes from one operation to the next.
+// grantLocked hands an execution permit, with pc (nil: none), to the next waiter in the order of
+// service (fairq: by priority, then tenants in turn; the newest of the tenant with newestFirst)
+// whose context has not ended, and reports whether there was one. running is unchanged: the
+// permit passes from one operation to the next.
 func (g *gate) grantLocked(pc *physConn, newestFirst bool) bool {
-	for w := g.head; w != nil; w = g.head {
-		if newestFirst {
-			w = g.tail
-		}
-		g.removeLocked(w)
+	for g.head != nil {
+		w := g.order.Next(newestFirst).Value
+		g.unlinkLocked(w)
 		if w.ctx.Err() != nil {
 			w.removed = true
 			continue
@@ -392,22 +408,40 @@ func (g *gate) shedLocked() bool {
 		return false
 	}
 	for w := g.head; w != nil && now-w.start > overloadWait; w = g.head {
-		g.refuseLocked(w)
+		g.refuseLocked(w, g.wl.timeout)
 	}
 	return true
 }
 
-// refuseLocked takes waiter w off the queue and refuses it with ErrAdmissionTimeout. A waiter
-// whose context has ended is only taken off: it is leaving, and counts itself as canceled.
-func (g *gate) refuseLocked(w *waiter) {
+// refuseLocked takes waiter w off the queue and refuses it with err, the gate's timeout or
+// displacement refusal. A waiter whose context has ended is only taken off: it is leaving, and
+// counts itself as canceled.
+func (g *gate) refuseLocked(w *waiter, err error) {
 	g.removeLocked(w)
 	w.removed = true
 	if w.ctx.Err() != nil {
 		return
 	}
-	w.err = g.wl.timeout
-	g.rejectedTimeout++
+	w.err = err
+	if err == g.wl.displaced {
+		g.rejectedDisplaced++
+	} else {
+		g.rejectedTimeout++
+	}
 	w.ready <- struct{}{}
+}
+
+// displaceLocked refuses, with ErrAdmissionDisplaced, the waiter that an arrival of class cls
+// comes before in a full gate (fairq's Victim: the newest waiter of a lower priority, or of a
+// tenant with more waiters), and reports whether there was one. The arrival takes its admission
+// permit.
+func (g *gate) displaceLocked(cls callClass) bool {
+	v := g.order.Victim(cls.tenant, cls.level())
+	if v == nil {
+		return false
+	}
+	g.refuseLocked(v.Value, g.wl.displaced)
+	return true
 }
 
 // expire is the expiry timer's function: it refuses, with ErrAdmissionTimeout, the waiters at the
@@ -425,7 +459,7 @@ func (g *gate) expire() {
 	}
 	now := monoNow()
 	for w := g.head; w != nil && w.deadline <= now; w = g.head {
-		g.refuseLocked(w)
+		g.refuseLocked(w, g.wl.timeout)
 	}
 	if g.head != nil {
 		g.armLocked(g.head.deadline - now)
@@ -453,10 +487,11 @@ func (g *gate) close() {
 	}
 }
 
-// pushLocked queues w at the tail. The expiry timer is armed when it is not: otherwise it fires at
-// or before the head's deadline, so before w's, and expire then arms it for the head of that time
-// (removing waiters does not touch it).
-func (g *gate) pushLocked(w *waiter) {
+// pushLocked queues w at the tail, and in the order of service as a waiter of class cls. The
+// expiry timer is armed when it is not: otherwise it fires at or before the head's deadline, so
+// before w's, and expire then arms it for the head of that time (removing waiters does not touch
+// it).
+func (g *gate) pushLocked(w *waiter, cls callClass) {
 	if g.head == nil {
 		g.standing = w.start
 	}
@@ -470,13 +505,21 @@ func (g *gate) pushLocked(w *waiter) {
 		g.head = w
 	}
 	g.tail = w
+	g.order.Push(&w.place, cls.tenant, cls.level())
 	g.waiting++
 	if g.lend != nil {
 		g.lend.waitingHint.Add(1)
 	}
 }
 
+// removeLocked takes w off the queue.
 func (g *gate) removeLocked(w *waiter) {
+	g.order.Remove(&w.place)
+	g.unlinkLocked(w)
+}
+
+// unlinkLocked takes w, already out of the order of service, off the gate's list.
+func (g *gate) unlinkLocked(w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -506,6 +549,7 @@ func (g *gate) stats(s *Stats) {
 	s.Admitted = g.admitted
 	s.RejectedFull = g.rejectedFull
 	s.RejectedTimeout = g.rejectedTimeout
+	s.RejectedDisplaced = g.rejectedDisplaced
 	s.Canceled = g.canceled
 	s.WaitDuration = g.waitDuration
 }

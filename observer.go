@@ -107,7 +107,7 @@ func (set *gateSet) initObserve(cfg *Config) {
 	set.obs.connLog.write = set.obs.logConnectFailures
 	set.pool.obs = &set.obs
 	for _, g := range set.gates() {
-		g.wl.refusals.write = func(n [2]int64, _ error) { set.obs.logRefusals(g.name, n) }
+		g.wl.refusals.write = func(n [3]int64, _ error) { set.obs.logRefusals(g.name, n) }
 	}
 }
 
@@ -130,12 +130,13 @@ func (set *gateSet) closeObserve() {
 // workload, or connection failures.
 const refusalLogInterval = time.Second
 
-func (o *observer) logRefusals(workload string, n [2]int64) {
+func (o *observer) logRefusals(workload string, n [3]int64) {
 	o.log.Warn("gated: operations refused",
-		slog.String("workload", workload), slog.Int64("full", n[0]), slog.Int64("timeout", n[1]))
+		slog.String("workload", workload), slog.Int64("full", n[0]), slog.Int64("timeout", n[1]),
+		slog.Int64("displaced", n[2]))
 }
 
-func (o *observer) logConnectFailures(n [2]int64, last error) {
+func (o *observer) logConnectFailures(n [3]int64, last error) {
 	o.log.Error("gated: opening a physical connection failed",
 		slog.Int64("failures", n[0]), slog.String("last_error", redact(last.Error(), o.dsn)))
 }
@@ -144,10 +145,10 @@ func (o *observer) logConnectFailures(n [2]int64, last error) {
 // refusalLogInterval: the first event is written at once, later ones are counted and written
 // together when the interval has passed. Nothing is lost; stop writes what is pending.
 type summarizer struct {
-	write func(counts [2]int64, last error) // set before use
+	write func(counts [3]int64, last error) // set before use; counts by the index add was given
 
 	mu      sync.Mutex
-	counts  [2]int64
+	counts  [3]int64
 	lastErr error
 	last    time.Time   // when the last line was written
 	timer   *time.Timer // pending write, or nil
@@ -178,7 +179,7 @@ func (s *summarizer) add(i int, err error) {
 func (s *summarizer) flush() {
 	s.mu.Lock()
 	s.timer = nil
-	if s.counts == [2]int64{} {
+	if s.counts == [3]int64{} {
 		s.mu.Unlock()
 		return
 	}
@@ -187,9 +188,9 @@ func (s *summarizer) flush() {
 	s.write(counts, last)
 }
 
-func (s *summarizer) takeLocked(now time.Time) ([2]int64, error) {
+func (s *summarizer) takeLocked(now time.Time) ([3]int64, error) {
 	counts, last := s.counts, s.lastErr
-	s.counts, s.lastErr, s.last = [2]int64{}, nil, now
+	s.counts, s.lastErr, s.last = [3]int64{}, nil, now
 	return counts, last
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,5 +108,71 @@ func TestRefusalAllocatesNothing(t *testing.T) {
 	fd.Release("h")
 	if err := <-held; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDisplacedRefusalThroughDatabaseSQL: a waiter displaced by a higher-priority arrival gets,
+// through database/sql, a *RejectedError of reason RejectDisplaced naming its workload; the
+// refusal event carries that error, Stats counts it apart from the other refusals, the logged
+// summary counts it as displaced, and the string of AllStats shows it.
+func TestDisplacedRefusalThroughDatabaseSQL(t *testing.T) {
+	var displacedEvents atomic.Int64
+	var seen atomic.Pointer[RejectedError]
+	obs := ObserverFunc(func(e Event) {
+		if e.Kind == EventRejectedDisplaced {
+			displacedEvents.Add(1)
+			var re *RejectedError
+			if errors.As(e.Err, &re) {
+				seen.Store(re)
+			}
+		}
+	})
+	h := &logRecorder{}
+	db, c, fd := openObserved(t, "gate_max_conns=2 gate_concurrent=1 gate_queue=1 gate_queue_wait=1m gate_workloads=batch:1:1:1m", obs, slog.New(h))
+	ctx := WithWorkload(context.Background(), "batch")
+	held := make(chan error, 1)
+	go func() { _, err := db.ExecContext(ctx, "BLOCK batch"); held <- err }()
+	if err := fd.WaitBlocked(context.Background(), "batch", 1); err != nil {
+		t.Fatal(err)
+	}
+	low := make(chan error, 1)
+	go func() { _, err := db.ExecContext(WithPriority(ctx, PriorityLow), "SELECT 1"); low <- err }()
+	waitFor(t, "the low waiter queued", func() bool { s, _ := c.WorkloadStats("batch"); return s.Waiting == 1 })
+	high := make(chan error, 1)
+	go func() { _, err := db.ExecContext(WithPriority(ctx, PriorityHigh), "SELECT 1"); high <- err }()
+
+	err := <-low
+	var re *RejectedError
+	switch {
+	case !errors.As(err, &re) || re.Workload != "batch" || re.Reason != RejectDisplaced:
+		t.Fatalf("the low waiter got %v, want a *RejectedError displaced from batch", err)
+	case !errors.Is(err, ErrAdmissionDisplaced) || !IsRejected(err) || errors.Is(err, ErrAdmissionFull):
+		t.Errorf("%v does not match ErrAdmissionDisplaced and IsRejected alone", err)
+	case !strings.Contains(err.Error(), "workload batch"):
+		t.Errorf("message %q does not name the workload", err)
+	}
+	if got := seen.Load(); got != re {
+		t.Errorf("the refusal event carried %v, the caller got %v", got, re)
+	}
+	fd.Release("batch")
+	for _, ch := range []chan error{held, high} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := c.WorkloadStats("batch")
+	if s.RejectedDisplaced != 1 || s.RejectedFull != 0 || s.RejectedTimeout != 0 || s.Admitted != 2 || displacedEvents.Load() != 1 {
+		t.Errorf("stats %+v and %d displaced events, want 1 displaced, 2 admitted", s, displacedEvents.Load())
+	}
+	if str := c.AllStats().String(); !strings.Contains(str, "batch: B=1 Q=1 running=0 waiting=0 admitted=2 rejected_full=0 rejected_timeout=0 rejected_displaced=1 canceled=0") {
+		t.Errorf("AllStats printed\n%s\nwant batch's displaced refusal", str)
+	}
+	db.Close() // writes the summary still pending
+	var logged int64
+	for _, r := range h.records("gated: operations refused") {
+		logged += attrOf(r, "displaced").Int64()
+	}
+	if logged != 1 {
+		t.Errorf("the log counts %d displaced, want 1", logged)
 	}
 }

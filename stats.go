@@ -55,8 +55,8 @@ type StatsSeq func(yield func(string, Stats) bool)
 //	default: B=4 Q=4 running=1 waiting=0 admitted=12 rejected_full=0 rejected_timeout=0 canceled=0 wait=0s
 //	pool: P=8 open=2 idle=1 in_use=1 opened=2 closed=0 connect_errors=0
 //
-// Lent and borrowed permits, timeouts, unknown commits and the fleet's share are shown only when
-// they are not zero. The format is for people; programs read the Stats fields.
+// Lent and borrowed permits, displaced waiters, timeouts, unknown commits and the fleet's share are
+// shown only when they are not zero. The format is for people; programs read the Stats fields.
 func (s StatsSeq) String() string {
 	var b strings.Builder
 	var pool PoolStats
@@ -65,8 +65,11 @@ func (s StatsSeq) String() string {
 		if st.Lent != 0 || st.Borrowed != 0 {
 			fmt.Fprintf(&b, " lent=%d borrowed=%d", st.Lent, st.Borrowed)
 		}
-		fmt.Fprintf(&b, " admitted=%d rejected_full=%d rejected_timeout=%d canceled=%d wait=%v",
-			st.Admitted, st.RejectedFull, st.RejectedTimeout, st.Canceled, st.WaitDuration)
+		fmt.Fprintf(&b, " admitted=%d rejected_full=%d rejected_timeout=%d", st.Admitted, st.RejectedFull, st.RejectedTimeout)
+		if st.RejectedDisplaced != 0 {
+			fmt.Fprintf(&b, " rejected_displaced=%d", st.RejectedDisplaced)
+		}
+		fmt.Fprintf(&b, " canceled=%d wait=%v", st.Canceled, st.WaitDuration)
 		if st.StatementTimeouts != 0 || st.LockTimeouts != 0 || st.CommitUnknown != 0 {
 			fmt.Fprintf(&b, " statement_timeouts=%d lock_timeouts=%d commit_unknown=%d",
 				st.StatementTimeouts, st.LockTimeouts, st.CommitUnknown)
@@ -144,10 +147,11 @@ func (c *Connector) poolSnapshot() PoolStats {
 type workloadObs struct {
 	name              string
 	full, timeout     error // *RejectedError of RejectFull and RejectTimeout: a refusal allocates nothing
+	displaced         error // *RejectedError of RejectDisplaced
 	statementTimeouts atomic.Int64
 	lockTimeouts      atomic.Int64
 	commitUnknown     atomic.Int64
-	refusals          summarizer // counts[0] full, counts[1] timeout
+	refusals          summarizer // counts[0] full, counts[1] timeout, counts[2] displaced
 }
 
 // init names the gate's workload and makes its refusal errors.
@@ -155,6 +159,7 @@ func (w *workloadObs) init(name string) {
 	w.name = name
 	w.full = newRejectedError(name, RejectFull)
 	w.timeout = newRejectedError(name, RejectTimeout)
+	w.displaced = newRejectedError(name, RejectDisplaced)
 }
 
 // stats fills the counters of s that workloadObs keeps.

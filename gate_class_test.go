@@ -1,0 +1,295 @@
+package gated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A serviceLog records the names of the acquires in the order their permits were granted.
+type serviceLog struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (l *serviceLog) add(name string) {
+	l.mu.Lock()
+	l.order = append(l.order, name)
+	l.mu.Unlock()
+}
+
+func (l *serviceLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.order)
+}
+
+// queueNamed queues an acquire of g under ctx named name; when granted it logs name and releases
+// at once. It returns the acquire's error channel.
+func queueNamed(t *testing.T, g *gate, ctx context.Context, name string, log *serviceLog) <-chan error {
+	t.Helper()
+	before := gateStats(g).Waiting
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx)
+		if err == nil {
+			log.add(name)
+			g.release(nil)
+		}
+		done <- err
+	}()
+	waitFor(t, name+" queued", func() bool { return gateStats(g).Waiting == before+1 })
+	return done
+}
+
+// displaceWith starts an acquire of g under ctx named name that must displace a waiter, and
+// returns its error channel and the displaced waiter's error, once the arrival has taken its
+// place (both happen under one hold of the gate's lock).
+func displaceWith(t *testing.T, g *gate, ctx context.Context, name string, log *serviceLog, victim <-chan error) (<-chan error, error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx)
+		if err == nil {
+			log.add(name)
+			g.release(nil)
+		}
+		done <- err
+	}()
+	return done, <-victim
+}
+
+func tenantCtx(tenant string) context.Context { return WithTenant(context.Background(), tenant) }
+
+func prioCtx(p Priority) context.Context { return WithPriority(context.Background(), p) }
+
+func TestGateServesHigherPriorityFirst(t *testing.T) {
+	g := newTestGate(1, 5, time.Minute)
+	mustAcquire(t, g)
+	var log serviceLog
+	var dones []<-chan error
+	for _, w := range []struct {
+		name string
+		p    Priority
+	}{{"low", PriorityLow}, {"normal1", PriorityNormal}, {"high", PriorityHigh}, {"normal2", PriorityNormal}} {
+		dones = append(dones, queueNamed(t, g, prioCtx(w.p), w.name, &log))
+	}
+	g.release(nil)
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := log.get(), []string{"high", "normal1", "normal2", "low"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+func TestGateServesTenantsInTurn(t *testing.T) {
+	g := newTestGate(1, 8, time.Minute)
+	mustAcquire(t, g)
+	var log serviceLog
+	var dones []<-chan error
+	for _, name := range []string{"a1", "a2", "a3", "b1", "b2"} {
+		dones = append(dones, queueNamed(t, g, tenantCtx(name[:1]), name, &log))
+	}
+	g.release(nil)
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := log.get(), []string{"a1", "b1", "a2", "b2", "a3"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want the tenants in turn, each first in first out: %v", got, want)
+	}
+}
+
+// wantDisplaced checks that err is the gate's displacement refusal.
+func wantDisplaced(t *testing.T, who string, err error) {
+	t.Helper()
+	var rj *RejectedError
+	if !errors.Is(err, ErrAdmissionDisplaced) || !IsRejected(err) || !errors.As(err, &rj) || rj.Reason != RejectDisplaced || rj.Workload != DefaultWorkload {
+		t.Fatalf("%s: got %v, want a *RejectedError displaced from the default workload", who, err)
+	}
+}
+
+func TestGateHigherPriorityDisplacesTheNewestLowerWaiter(t *testing.T) {
+	g := newTestGate(1, 2, time.Minute)
+	mustAcquire(t, g)
+	var log serviceLog
+	low1 := queueNamed(t, g, prioCtx(PriorityLow), "low1", &log)
+	low2 := queueNamed(t, g, prioCtx(PriorityLow), "low2", &log)
+
+	high, err := displaceWith(t, g, prioCtx(PriorityHigh), "high", &log, low2)
+	wantDisplaced(t, "low2", err)
+	if s := gateStats(g); s.RejectedDisplaced != 1 || s.Waiting != 2 || s.Running != 1 || s.RejectedFull != 0 {
+		t.Fatalf("after the high arrival: %+v", s)
+	}
+	// A normal arrival displaces the last low waiter; a low one then finds nobody below it.
+	normal, err := displaceWith(t, g, prioCtx(PriorityNormal), "normal", &log, low1)
+	wantDisplaced(t, "low1", err)
+	if _, err := g.acquire(prioCtx(PriorityLow)); !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("low arrival with only higher waiters: got %v, want ErrAdmissionFull", err)
+	}
+	g.release(nil)
+	for _, d := range []<-chan error{high, normal} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := log.get(), []string{"high", "normal"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	s := gateStats(g)
+	if s.RejectedDisplaced != 2 || s.RejectedFull != 1 || s.Admitted != 3 || s.Running != 0 || s.Waiting != 0 {
+		t.Fatalf("final stats %+v", s)
+	}
+}
+
+func TestGateTenantWithFewerWaitersDisplacesTheNewestOfTheLargest(t *testing.T) {
+	g := newTestGate(1, 3, time.Minute)
+	mustAcquire(t, g)
+	var log serviceLog
+	n1 := queueNamed(t, g, tenantCtx("noisy"), "n1", &log)
+	n2 := queueNamed(t, g, tenantCtx("noisy"), "n2", &log)
+	n3 := queueNamed(t, g, tenantCtx("noisy"), "n3", &log)
+	// The noisy tenant's own arrival is refused: it holds the most.
+	if _, err := g.acquire(tenantCtx("noisy")); !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("noisy arrival: got %v, want ErrAdmissionFull", err)
+	}
+	s1, err := displaceWith(t, g, tenantCtx("small"), "s1", &log, n3)
+	wantDisplaced(t, "n3", err)
+	// small 1 against noisy 2: a second small arrival would only trade places.
+	if _, err := g.acquire(tenantCtx("small")); !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("second small arrival: got %v, want ErrAdmissionFull", err)
+	}
+	// Callers without a tenant are one tenant of their own, with nobody waiting.
+	none, err := displaceWith(t, g, context.Background(), "none", &log, n2)
+	wantDisplaced(t, "n2", err)
+	g.release(nil)
+	for _, d := range []<-chan error{n1, s1, none} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := log.get(), []string{"n1", "s1", "none"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	if s := gateStats(g); s.RejectedDisplaced != 2 || s.RejectedFull != 2 || s.Running != 0 || s.Waiting != 0 {
+		t.Fatalf("final stats %+v", s)
+	}
+}
+
+// A waiter chosen for displacement whose context has ended is only taken off: it reports its
+// own cancellation and counts as canceled; the arrival still takes its place.
+func TestGateDisplacedWaiterWhoseContextEndedCountsAsCanceled(t *testing.T) {
+	g := newTestGate(1, 1, time.Minute)
+	mustAcquire(t, g)
+	ctx, cancel := context.WithCancel(prioCtx(PriorityLow))
+	leaving := acquireAsync(t, g, ctx)
+	g.mu.Lock()
+	cancel() // the waiter wakes and waits for the mutex
+	if !g.displaceLocked(callClass{prio: PriorityHigh}) {
+		g.mu.Unlock()
+		t.Fatal("a high arrival displaced nobody")
+	}
+	g.mu.Unlock()
+	if err := <-leaving; !errors.Is(err, ErrWaitCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want the waiter's own cancellation", err)
+	}
+	if s := gateStats(g); s.Canceled != 1 || s.RejectedDisplaced != 0 || s.Waiting != 0 {
+		t.Errorf("stats = %+v, want 1 canceled, none displaced, none waiting", s)
+	}
+	g.release(nil)
+}
+
+// With gate_queue_order=adaptive and a standing queue, the newest waiter of the tenant whose
+// turn it is is served first; the tenants still take turns.
+func TestGateAdaptiveKeepsTenantsInTurn(t *testing.T) {
+	g := newGate(gateConfig{name: DefaultWorkload, concurrent: 1, queue: 8, queueWait: time.Hour, adaptive: true}, newPool(nil, nil, 1, 0, 0))
+	mustAcquire(t, g)
+	var log serviceLog
+	var dones []<-chan error
+	for _, name := range []string{"a1", "a2", "b1", "b2"} {
+		dones = append(dones, queueNamed(t, g, tenantCtx(name[:1]), name, &log))
+	}
+	g.mu.Lock()
+	g.standing -= standingQueue // the queue has stood; nobody has waited past overloadWait for long
+	for w := g.head; w != nil; w = w.next {
+		w.start = monoNow()
+	}
+	g.mu.Unlock()
+	g.release(nil)
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := log.get(), []string{"a2", "b2", "a1", "b1"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+// TestGateInvariantsWithTenantsAndPriorities: callers of random tenants and priorities, with
+// random deadlines, against a small gate: running never exceeds B nor admitted B+Q, every
+// attempt ends in exactly one outcome, a displaced caller holds nothing, and every permit is
+// back at the end.
+func TestGateInvariantsWithTenantsAndPriorities(t *testing.T) {
+	const b, q, workers, rounds = 3, 5, 32, 200
+	g := newTestGate(b, q, 5*time.Millisecond)
+	var holders, violations, displaced atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 2))
+			for range rounds {
+				ctx := WithTenant(context.Background(), fmt.Sprint("t", r.IntN(4)))
+				if r.IntN(3) == 0 {
+					ctx = WithTenant(context.Background(), "")
+				}
+				ctx = WithPriority(ctx, Priority(r.IntN(3)-1))
+				ctx, cancel := context.WithTimeout(ctx, time.Duration(r.IntN(3000))*time.Microsecond)
+				_, err := g.acquire(ctx)
+				cancel()
+				if errors.Is(err, ErrAdmissionDisplaced) {
+					displaced.Add(1)
+				}
+				if err != nil {
+					continue
+				}
+				if n := holders.Add(1); n > b {
+					violations.Add(1)
+				}
+				if s := gateStats(g); s.Running > b || s.Running+s.Waiting > b+q {
+					violations.Add(1)
+				}
+				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
+				holders.Add(-1)
+				g.release(nil)
+			}
+		})
+	}
+	wg.Wait()
+	s := gateStats(g)
+	if violations.Load() != 0 {
+		t.Errorf("%d observations exceeded B or B+Q", violations.Load())
+	}
+	if s.Running != 0 || s.Waiting != 0 || g.order.Len() != 0 {
+		t.Errorf("after quiet: running %d, waiting %d, queued %d", s.Running, s.Waiting, g.order.Len())
+	}
+	if total := s.Admitted + s.RejectedFull + s.RejectedTimeout + s.RejectedDisplaced + s.Canceled; total != workers*rounds {
+		t.Errorf("outcomes add up to %d, want %d (%+v)", total, workers*rounds, s)
+	}
+	if s.RejectedDisplaced != displaced.Load() || s.RejectedDisplaced == 0 {
+		t.Errorf("%d displaced by Stats, %d by the callers; want equal and some", s.RejectedDisplaced, displaced.Load())
+	}
+	for range b {
+		mustAcquire(t, g)
+	}
+}
