@@ -15,6 +15,12 @@
 //		http.Error(w, "internal error", http.StatusInternalServerError)
 //	}
 //
+// Middleware sets what the gate reads from a request's context: [Workload] and [WorkloadFunc]
+// the workload whose gate admits its operations, [Tenant] and [TenantFunc] the tenant they
+// belong to (tenants share a gate fairly), [Priority] and [PriorityFunc] the priority they wait
+// with. WriteRejection and a Rejecter answer a refusal of any kind with 503, that of a waiter
+// displaced by another tenant or a higher priority included.
+//
 // On the client:
 //
 //	rt, err := gatedhttp.NewRetryTransport(nil, gatedhttp.RetryOptions{}) // err names a field out of range

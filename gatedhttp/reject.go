@@ -25,9 +25,10 @@ const rateWindow = time.Second
 const rejectionBody = "service overloaded: the database is busy, retry later"
 
 // WriteRejection answers err with 503 Service Unavailable and "Retry-After: 1" when
-// gated.IsRejected(err) (ErrAdmissionFull or ErrAdmissionTimeout) and reports whether it did;
-// for any other error, nil included, it writes nothing and returns false, so the caller answers
-// as it would have. It must be called before anything else was written to w.
+// gated.IsRejected(err) (ErrAdmissionFull, ErrAdmissionTimeout or ErrAdmissionDisplaced) and
+// reports whether it did; for any other error, nil included, it writes nothing and returns
+// false, so the caller answers as it would have. It must be called before anything else was
+// written to w.
 //
 // Without the gate it cannot estimate when capacity frees up, so it sends the smallest valid
 // value: a gate refuses for the state of this instant, and one second is longer than a typical

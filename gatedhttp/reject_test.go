@@ -25,6 +25,10 @@ var (
 		{"timeout", gated.ErrAdmissionTimeout},
 		{"wrapped full", fmt.Errorf("loading order 7: %w", gated.ErrAdmissionFull)},
 		{"wrapped timeout", fmt.Errorf("loading order 7: %w", gated.ErrAdmissionTimeout)},
+		{"displaced", gated.ErrAdmissionDisplaced},
+		{"wrapped displaced", fmt.Errorf("loading order 7: %w", gated.ErrAdmissionDisplaced)},
+		{"displaced RejectedError", &gated.RejectedError{Workload: "batch", Reason: gated.RejectDisplaced}},
+		{"wrapped displaced RejectedError", fmt.Errorf("loading order 7: %w", &gated.RejectedError{Workload: "batch", Reason: gated.RejectDisplaced})},
 	}
 	others = []struct {
 		name string
@@ -86,11 +90,15 @@ func TestWriteRejectionAnswersRefusalsWith503AndRetryAfter(t *testing.T) {
 
 func TestRejecterWithoutConnectorSendsOneSecond(t *testing.T) {
 	rj := NewRejecter(nil)
-	rec := httptest.NewRecorder()
-	if !rj.WriteRejection(rec, gated.ErrAdmissionFull) {
-		t.Fatal("WriteRejection = false for a refusal")
+	for _, tc := range rejections {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			if !rj.WriteRejection(rec, tc.err) {
+				t.Fatal("WriteRejection = false for a refusal")
+			}
+			checkRejection(t, rec, 1, 1)
+		})
 	}
-	checkRejection(t, rec, 1, 1)
 }
 
 func TestRetryAfterSecondsEstimate(t *testing.T) {
@@ -175,8 +183,8 @@ func TestRejecterReadsTheGate(t *testing.T) {
 	}
 }
 
-// TestRejecterAnswersWithTheRefusingGatesEstimate: a refusal by the batch workload gets the
-// batch gate's Retry-After, not the default gate's. The batch gate (B=1, Q=1) is full, 2
+// TestRejecterAnswersWithTheRefusingGatesEstimate: a refusal by the batch workload, full or
+// displaced, gets the batch gate's Retry-After, not the default gate's. The batch gate (B=1, Q=1) is full, 2
 // inside, and admitted 1 operation in the 1.5 s (a clock the test moves) since the Rejecter
 // was made: 2 / (1 / 1.5 s) = 3 s. The default gate is empty: 1.
 func TestRejecterAnswersWithTheRefusingGatesEstimate(t *testing.T) {
@@ -218,6 +226,19 @@ func TestRejecterAnswersWithTheRefusingGatesEstimate(t *testing.T) {
 		t.Fatal("WriteRejection = false for the batch gate's refusal")
 	}
 	checkRejection(t, rec, 3, 3)
+	// A waiter of batch displaced by a caller of higher priority, or of a tenant with fewer
+	// waiters, gets the same gate's estimate: the error names the workload as a full one does.
+	displaced := &gated.RejectedError{Workload: "batch", Reason: gated.RejectDisplaced}
+	if !errors.Is(displaced, gated.ErrAdmissionDisplaced) {
+		t.Fatalf("%v does not match ErrAdmissionDisplaced", displaced)
+	}
+	for _, err := range []error{displaced, fmt.Errorf("loading order 7: %w", displaced)} {
+		rec := httptest.NewRecorder()
+		if !rj.WriteRejection(rec, err) {
+			t.Fatalf("WriteRejection = false for %v", err)
+		}
+		checkRejection(t, rec, 3, 3)
+	}
 	if got := rj.RetryAfter(); got != 1 {
 		t.Errorf("RetryAfter of the empty default gate = %d, want 1", got)
 	}

@@ -66,6 +66,7 @@ func TestDSNOnlyServiceExportsEveryWorkload(t *testing.T) {
 					{"gated.admitted", "{operation}", nil, s.Admitted},
 					{"gated.rejected", "{operation}", []attribute.KeyValue{RejectReasonKey.String("full")}, s.RejectedFull},
 					{"gated.rejected", "{operation}", []attribute.KeyValue{RejectReasonKey.String("timeout")}, s.RejectedTimeout},
+					{"gated.rejected", "{operation}", []attribute.KeyValue{RejectReasonKey.String("displaced")}, s.RejectedDisplaced},
 					{"gated.canceled", "{operation}", nil, s.Canceled},
 					{"gated.concurrent.limit", "{operation}", nil, int64(s.Concurrent)},
 					{"gated.queue.limit", "{operation}", nil, int64(s.Queue)},
@@ -75,7 +76,7 @@ func TestDSNOnlyServiceExportsEveryWorkload(t *testing.T) {
 						t.Errorf("%s %v = %d, WorkloadStats says %d", tc.name, attrs, got, tc.want)
 					}
 				}
-				refusals += s.RejectedFull + s.RejectedTimeout
+				refusals += s.RejectedFull + s.RejectedTimeout + s.RejectedDisplaced
 				if s.Admitted == 0 {
 					t.Errorf("workload %s admitted nothing", name)
 				}
@@ -186,6 +187,58 @@ func TestTraceEventsOnTheOperationsSpan(t *testing.T) {
 	}
 }
 
+// TestTraceEventOfEveryRefusalReason: each refusal event the gate emits (a *gated.RejectedError
+// in Err) adds gated.rejected to the operation's span with the reason of its kind, as event and
+// span attributes, beside the refusing workload.
+func TestTraceEventOfEveryRefusalReason(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	tracer := tp.Tracer("test")
+	obs, err := NewObserver(WithMeterProvider(sdkmetric.NewMeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind   gated.EventKind
+		reason gated.RejectReason
+	}{
+		{gated.EventRejectedFull, gated.RejectFull},
+		{gated.EventRejectedTimeout, gated.RejectTimeout},
+		{gated.EventRejectedDisplaced, gated.RejectDisplaced},
+	} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			ctx, span := tracer.Start(context.Background(), "handler")
+			obs.Observe(gated.Event{Kind: tc.kind, Workload: "batch", Context: ctx,
+				Err: &gated.RejectedError{Workload: "batch", Reason: tc.reason}})
+			span.End()
+			spans := rec.Ended()
+			got := spans[len(spans)-1]
+			var events []string
+			for _, e := range got.Events() {
+				events = append(events, e.Name)
+				if e.Name != EventRejected {
+					continue
+				}
+				a := attribute.NewSet(e.Attributes...)
+				if r, _ := a.Value(RejectReasonKey); r.AsString() != tc.reason.String() {
+					t.Errorf("%s reason = %q, want %q", EventRejected, r.AsString(), tc.reason)
+				}
+				if w, _ := a.Value(WorkloadKey); w.AsString() != "batch" {
+					t.Errorf("%s workload = %q, want batch", EventRejected, w.AsString())
+				}
+			}
+			if len(events) != 1 || events[0] != EventRejected {
+				t.Fatalf("span events %q, want one %s", events, EventRejected)
+			}
+			attrs := attribute.NewSet(got.Attributes()...)
+			if r, _ := attrs.Value(RejectReasonKey); r.AsString() != tc.reason.String() {
+				t.Errorf("span attribute %s = %q, want %q", RejectReasonKey, r.AsString(), tc.reason)
+			}
+		})
+	}
+}
+
 // TestNoSpanNoAllocation: an Observer registered on a Connector adds no allocation per
 // operation when the context has no span, and none per event.
 func TestNoSpanNoAllocation(t *testing.T) {
@@ -211,7 +264,7 @@ func TestNoSpanNoAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []gated.EventKind{gated.EventAdmitted, gated.EventRejectedFull, gated.EventCanceled, gated.EventHold} {
+	for _, kind := range []gated.EventKind{gated.EventAdmitted, gated.EventRejectedFull, gated.EventRejectedDisplaced, gated.EventCanceled, gated.EventHold} {
 		e := gated.Event{Kind: kind, Workload: "default", Context: context.Background(), Err: gated.ErrAdmissionFull}
 		obs.Observe(e)
 		if a := testing.AllocsPerRun(1000, func() { obs.Observe(e) }); a != 0 {

@@ -22,8 +22,9 @@
 //
 //   - gated.admitted, when the execution permit was granted, with gated.workload and
 //     gated.wait (the seconds from arriving at the gate); the span also gets gated.workload.
-//   - gated.rejected, with gated.workload and gated.rejected.reason (full | timeout); the span
-//     also gets both attributes, so that refused requests can be found by attribute.
+//   - gated.rejected, with gated.workload and gated.rejected.reason (full | timeout |
+//     displaced); the span also gets both attributes, so that refused requests can be found by
+//     attribute.
 //   - gated.canceled, when the context ended while the operation waited.
 //   - gated.commit_unknown, with gated.workload, when Commit failed with ErrCommitUnknown; the
 //     error is recorded on the span (RecordError) and its status set to Error: somebody has to
@@ -65,7 +66,8 @@
 //     up to P idle).
 //   - db.client.connection.pending_requests ({request}): operations waiting for an execution
 //     permit, which in gated is the only wait for a connection.
-//   - db.client.connection.timeouts ({timeout}): refusals with ErrAdmissionTimeout.
+//   - db.client.connection.timeouts ({timeout}): refusals with ErrAdmissionTimeout (the other
+//     reasons, full and displaced, are counted in gated.rejected only).
 //   - db.client.connection.create_time (s): opening one physical connection.
 //   - db.client.connection.wait_time (s): arrival at the gate to the execution permit.
 //   - db.client.connection.use_time (s): the permit to the end of the binding (hold time).
@@ -75,10 +77,11 @@
 // gated.running, gated.waiting, gated.concurrent.limit (B; with gate_concurrent=auto the
 // current limit, in a fleet this instance's share), gated.queue.limit, gated.lent (permits lent
 // to other workloads now) and gated.borrowed (operations on a borrowed permit now)
-// ({operation}); gated.admitted, gated.rejected (by gated.rejected.reason = full | timeout),
-// gated.canceled ({operation}); gated.server_timeouts (by gated.server_timeout.kind = statement |
-// lock), gated.commit_unknown; gated.connect.duration and gated.statement.duration (s, above); and for
-// the pool gated.connections.opened, gated.connections.closed (by gated.close.reason, every
+// ({operation}); gated.admitted, gated.rejected (by gated.rejected.reason = full | timeout |
+// displaced, every [gated.RejectReason] name), gated.canceled ({operation});
+// gated.server_timeouts (by gated.server_timeout.kind = statement | lock), gated.commit_unknown;
+// gated.connect.duration and gated.statement.duration (s, above); and for the pool
+// gated.connections.opened, gated.connections.closed (by gated.close.reason, every
 // [gated.CloseReasons] name), gated.connect.errors and gated.connect.canceled.
 //
 // In a fleet (gate_fleet=on), and only there, the instance's place in it ([gated.FleetStats]):
@@ -117,7 +120,7 @@ const scopeName = "github.com/gatedsql/gated/gatedotel"
 // The attribute keys gated adds beside the semantic conventions'.
 const (
 	WorkloadKey     = attribute.Key("gated.workload")            // the gate's workload, "default" for gate_concurrent's
-	RejectReasonKey = attribute.Key("gated.rejected.reason")     // "full" or "timeout"
+	RejectReasonKey = attribute.Key("gated.rejected.reason")     // gated.RejectReason's String: "full", "timeout" or "displaced"
 	TimeoutKindKey  = attribute.Key("gated.server_timeout.kind") // "statement" or "lock"
 	CloseReasonKey  = attribute.Key("gated.close.reason")        // gated.CloseReason's String
 	WaitKey         = attribute.Key("gated.wait")                // on the gated.admitted span event: seconds from arriving at the gate to the execution permit
@@ -183,10 +186,10 @@ type Observer struct {
 
 // workloadAttrs are one workload's attributes, precomputed.
 type workloadAttrs struct {
-	record   []metric.RecordOption // pool name and workload, for the histograms
-	observe  metric.ObserveOption  // the same, for the asynchronous instruments
-	name     attribute.KeyValue    // gated.workload alone, for spans
-	rejected [3]attribute.KeyValue // gated.rejected.reason by gated.RejectReason
+	record   []metric.RecordOption                         // pool name and workload, for the histograms
+	observe  metric.ObserveOption                          // the same, for the asynchronous instruments
+	name     attribute.KeyValue                            // gated.workload alone, for spans
+	rejected [gated.RejectDisplaced + 1]attribute.KeyValue // gated.rejected.reason by gated.RejectReason
 }
 
 // NewObserver makes the Observer's histograms on the MeterProvider. Errors are those of the
@@ -208,9 +211,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 			record:  []metric.RecordOption{metric.WithAttributeSet(set)},
 			observe: metric.WithAttributeSet(set),
 			name:    WorkloadKey.String(name),
-			rejected: [3]attribute.KeyValue{
-				gated.RejectFull:    RejectReasonKey.String(gated.RejectFull.String()),
-				gated.RejectTimeout: RejectReasonKey.String(gated.RejectTimeout.String()),
+			rejected: [...]attribute.KeyValue{
+				gated.RejectFull:      RejectReasonKey.String(gated.RejectFull.String()),
+				gated.RejectTimeout:   RejectReasonKey.String(gated.RejectTimeout.String()),
+				gated.RejectDisplaced: RejectReasonKey.String(gated.RejectDisplaced.String()),
 			},
 		}
 	})
@@ -262,7 +266,7 @@ func (o *Observer) Observe(e gated.Event) {
 	case gated.EventConnOpened:
 		o.createTime.Record(ctxOf(e), e.Duration.Seconds(), o.pool...)
 		return
-	case gated.EventRejectedFull, gated.EventRejectedTimeout, gated.EventCanceled, gated.EventCommitUnknown:
+	case gated.EventRejectedFull, gated.EventRejectedTimeout, gated.EventRejectedDisplaced, gated.EventCanceled, gated.EventCommitUnknown:
 		if o.traces {
 			o.trace(e)
 		}
@@ -286,6 +290,17 @@ func ctxOf(e gated.Event) context.Context {
 	return e.Context
 }
 
+// rejectReason is the reason of a refusal event of kind k.
+func rejectReason(k gated.EventKind) gated.RejectReason {
+	switch k {
+	case gated.EventRejectedTimeout:
+		return gated.RejectTimeout
+	case gated.EventRejectedDisplaced:
+		return gated.RejectDisplaced
+	}
+	return gated.RejectFull
+}
+
 // trace adds e to the recording span of its context, if any.
 func (o *Observer) trace(e gated.Event) {
 	if e.Context == nil {
@@ -304,11 +319,8 @@ func (o *Observer) traceSlow(span trace.Span, e gated.Event) {
 	case gated.EventAdmitted:
 		span.SetAttributes(w.name)
 		span.AddEvent(EventAdmitted, trace.WithAttributes(w.name, WaitKey.Float64(e.Duration.Seconds())))
-	case gated.EventRejectedFull, gated.EventRejectedTimeout:
-		reason := gated.RejectFull
-		if e.Kind == gated.EventRejectedTimeout {
-			reason = gated.RejectTimeout
-		}
+	case gated.EventRejectedFull, gated.EventRejectedTimeout, gated.EventRejectedDisplaced:
+		reason := rejectReason(e.Kind)
 		span.SetAttributes(w.name, w.rejected[reason])
 		span.AddEvent(EventRejected, trace.WithAttributes(w.name, w.rejected[reason]))
 	case gated.EventCanceled:
@@ -377,7 +389,7 @@ func (o *Observer) Register(c *gated.Connector) (metric.Registration, error) {
 	lent := udc("gated.lent", operationUnit, "Execution permits of the workload held now by other workloads' operations (the workload option lend).")
 	borrowed := udc("gated.borrowed", operationUnit, "Operations counted in gated.running that hold a permit lent by another workload.")
 	admitted := ctr("gated.admitted", operationUnit, "Operations that got an execution permit.")
-	rejected := ctr("gated.rejected", operationUnit, "Operations refused: full (at once) or timeout (after gate_queue_wait).")
+	rejected := ctr("gated.rejected", operationUnit, "Operations refused: full (at once), timeout (after gate_queue_wait) or displaced (while waiting, by a caller of higher priority or of a tenant with fewer waiters).")
 	canceled := ctr("gated.canceled", operationUnit, "Operations whose context ended while they waited.")
 	serverTimeouts := ctr("gated.server_timeouts", "{statement}", "Statements the server ended: statement (57014) or lock (55P03) timeout.")
 	commitUnknown := ctr("gated.commit_unknown", "{commit}", "Commits whose outcome is unknown.")

@@ -176,6 +176,7 @@ func TestSemanticConventionNamesAndValues(t *testing.T) {
 		{"gated.admitted", "{operation}", []attribute.KeyValue{pool, wl}, s.Admitted},
 		{"gated.rejected", "{operation}", []attribute.KeyValue{pool, wl, RejectReasonKey.String("full")}, s.RejectedFull},
 		{"gated.rejected", "{operation}", []attribute.KeyValue{pool, wl, RejectReasonKey.String("timeout")}, s.RejectedTimeout},
+		{"gated.rejected", "{operation}", []attribute.KeyValue{pool, wl, RejectReasonKey.String("displaced")}, s.RejectedDisplaced},
 		{"gated.canceled", "{operation}", []attribute.KeyValue{pool, wl}, s.Canceled},
 		{"gated.server_timeouts", "{statement}", []attribute.KeyValue{pool, wl, TimeoutKindKey.String("statement")}, s.StatementTimeouts},
 		{"gated.commit_unknown", "{commit}", []attribute.KeyValue{pool, wl}, s.CommitUnknown},

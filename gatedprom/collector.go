@@ -73,7 +73,7 @@ func NewCollector(c *gated.Connector, opts ...Option) prometheus.Collector {
 		lent:           d("gated_lent", "Execution permits of the workload held now by other workloads' operations (the workload option lend).", "workload"),
 		borrowed:       d("gated_borrowed", "Operations counted in gated_running that hold a permit lent by another workload.", "workload"),
 		admitted:       d("gated_admitted_total", "Operations that got an execution permit.", "workload"),
-		rejected:       d("gated_rejected_total", "Operations refused: full (at once, ErrAdmissionFull) or timeout (after gate_queue_wait, ErrAdmissionTimeout).", "workload", "reason"),
+		rejected:       d("gated_rejected_total", "Operations refused: full (at once, ErrAdmissionFull), timeout (after gate_queue_wait, ErrAdmissionTimeout) or displaced (while waiting, by a caller of higher priority or of a tenant with fewer waiters, ErrAdmissionDisplaced).", "workload", "reason"),
 		canceled:       d("gated_canceled_total", "Operations whose context ended while they waited for an execution permit.", "workload"),
 		serverTimeouts: d("gated_server_timeouts_total", "Statements the server ended: statement (57014, statement_timeout) or lock (55P03, lock_timeout).", "workload", "kind"),
 		commitUnknown:  d("gated_commit_unknown_total", "Commits whose outcome is unknown: the connection was lost after COMMIT was sent.", "workload"),

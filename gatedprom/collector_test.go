@@ -113,6 +113,7 @@ func TestCollectorExportsStatsAndHistograms(t *testing.T) {
 		{"gated_admitted_total", nil, s.Admitted},
 		{"gated_rejected_total", []string{"reason", "full"}, s.RejectedFull},
 		{"gated_rejected_total", []string{"reason", "timeout"}, s.RejectedTimeout},
+		{"gated_rejected_total", []string{"reason", "displaced"}, s.RejectedDisplaced},
 		{"gated_connections_opened_total", nil, s.Pool.Opened},
 	} {
 		if got := metric(t, fams, tc.name, tc.labels...).GetCounter().GetValue(); got != float64(tc.want) {

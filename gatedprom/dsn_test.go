@@ -81,6 +81,7 @@ func TestDSNOnlyServiceExportsEveryWorkload(t *testing.T) {
 					{"gated_admitted_total", nil, s.Admitted},
 					{"gated_rejected_total", []string{"reason", "full"}, s.RejectedFull},
 					{"gated_rejected_total", []string{"reason", "timeout"}, s.RejectedTimeout},
+					{"gated_rejected_total", []string{"reason", "displaced"}, s.RejectedDisplaced},
 					{"gated_canceled_total", nil, s.Canceled},
 					{"gated_commit_unknown_total", nil, s.CommitUnknown},
 				} {
@@ -103,7 +104,7 @@ func TestDSNOnlyServiceExportsEveryWorkload(t *testing.T) {
 			if batch.Admitted == 0 || def.Admitted == 0 {
 				t.Errorf("admitted: default %d, batch %d; the load reached both gates", def.Admitted, batch.Admitted)
 			}
-			if got := def.RejectedFull + def.RejectedTimeout + batch.RejectedFull + batch.RejectedTimeout; got != int64(refused) {
+			if got := def.RejectedFull + def.RejectedTimeout + def.RejectedDisplaced + batch.RejectedFull + batch.RejectedTimeout + batch.RejectedDisplaced; got != int64(refused) {
 				t.Errorf("the gates counted %d refusals, the callers saw %d", got, refused)
 			}
 			p := def.Pool

@@ -15,11 +15,13 @@
 // start. Gauges: gated_running, gated_waiting, gated_concurrent_limit (B; with
 // gate_concurrent=auto the current limit, in a fleet this instance's share), gated_queue_limit
 // (Q), gated_lent (permits of the workload held by other workloads' operations now, the workload
-// option lend) and gated_borrowed (operations of the workload on a lent permit now). Counters: gated_admitted_total, gated_rejected_total{reason="full"|"timeout"},
-// gated_canceled_total, gated_server_timeouts_total{kind="statement"|"lock"},
-// gated_commit_unknown_total. Histograms (seconds, buckets 100 µs to 10 s): gated_wait_seconds
-// (arrival at the gate to the execution permit), gated_connect_seconds (permit to a ready
-// physical connection), gated_hold_seconds (permit to the end of the binding),
+// option lend) and gated_borrowed (operations of the workload on a lent permit now). Counters:
+// gated_admitted_total, gated_rejected_total{reason="full"|"timeout"|"displaced"} (every
+// [gated.RejectReason] name), gated_canceled_total,
+// gated_server_timeouts_total{kind="statement"|"lock"}, gated_commit_unknown_total.
+// Histograms (seconds, buckets 100 µs to 10 s): gated_wait_seconds (arrival at the gate to the
+// execution permit), gated_connect_seconds (permit to a ready physical connection),
+// gated_hold_seconds (permit to the end of the binding),
 // gated_statement_seconds (each call into the inner driver). The count of gated_wait_seconds
 // is the workload's admitted operations, as gated_admitted_total, for everything admitted since
 // the collector was made.

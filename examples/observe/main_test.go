@@ -140,9 +140,9 @@ func TestMetricsMatchStatsAfterEveryKindOfOutcome(t *testing.T) {
 	})
 
 	s := svc.c.Stats()
-	if s.Admitted != 6 || s.RejectedFull != 1 || s.RejectedTimeout != 1 || s.Canceled != 1 ||
+	if s.Admitted != 6 || s.RejectedFull != 1 || s.RejectedTimeout != 1 || s.RejectedDisplaced != 0 || s.Canceled != 1 ||
 		s.StatementTimeouts != 1 || s.LockTimeouts != 1 {
-		t.Errorf("Stats = %+v, want 6 admitted and one of each other outcome", s)
+		t.Errorf("Stats = %+v, want 6 admitted, none displaced and one of each other outcome", s)
 	}
 
 	resp, err := http.Get(ts.URL + "/metrics")
@@ -177,6 +177,7 @@ func checkAgainstStats(t *testing.T, fams map[string]*dto.MetricFamily, s gated.
 		{"gated_admitted_total", wl, dto.MetricType_COUNTER, float64(s.Admitted)},
 		{"gated_rejected_total", with("reason", "full"), dto.MetricType_COUNTER, float64(s.RejectedFull)},
 		{"gated_rejected_total", with("reason", "timeout"), dto.MetricType_COUNTER, float64(s.RejectedTimeout)},
+		{"gated_rejected_total", with("reason", "displaced"), dto.MetricType_COUNTER, float64(s.RejectedDisplaced)},
 		{"gated_canceled_total", wl, dto.MetricType_COUNTER, float64(s.Canceled)},
 		{"gated_server_timeouts_total", with("kind", "statement"), dto.MetricType_COUNTER, float64(s.StatementTimeouts)},
 		{"gated_server_timeouts_total", with("kind", "lock"), dto.MetricType_COUNTER, float64(s.LockTimeouts)},

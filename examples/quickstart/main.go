@@ -28,7 +28,7 @@ func main() {
 	http.HandleFunc("GET /answer", func(w http.ResponseWriter, r *http.Request) {
 		var answer int
 		err := db.QueryRowContext(r.Context(), "SELECT 42").Scan(&answer)
-		if rj.WriteRejection(w, err) { // the gate refused: ErrAdmissionFull or ErrAdmissionTimeout
+		if rj.WriteRejection(w, err) { // the gate refused: ErrAdmissionFull, ErrAdmissionTimeout or ErrAdmissionDisplaced
 			return
 		}
 		if err != nil {

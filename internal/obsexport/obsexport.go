@@ -75,11 +75,12 @@ func Closed(s *gated.PoolStats) iter.Seq2[string, int64] {
 	}
 }
 
-// Rejected yields each refusal reason's label value (RejectReason.String) and count in s.
+// Rejected yields each refusal reason's label value (RejectReason.String) and count in s: full,
+// timeout and displaced, in that order.
 func Rejected(s *gated.Stats) iter.Seq2[string, int64] {
 	return func(yield func(string, int64) bool) {
-		if yield(gated.RejectFull.String(), s.RejectedFull) {
-			yield(gated.RejectTimeout.String(), s.RejectedTimeout)
+		if yield(gated.RejectFull.String(), s.RejectedFull) && yield(gated.RejectTimeout.String(), s.RejectedTimeout) {
+			yield(gated.RejectDisplaced.String(), s.RejectedDisplaced)
 		}
 	}
 }
