@@ -101,6 +101,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "adaptive" {
 		os.Exit(runAdaptiveCmd(os.Args[2:], os.Stdout, os.Stderr)) // gate_concurrent=auto and lending (adaptive.go)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "fair" {
+		os.Exit(runFairCmd(os.Args[2:], os.Stdout, os.Stderr)) // tenants and priorities inside one gate (fair.go)
+	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
