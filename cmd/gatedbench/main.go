@@ -13,6 +13,15 @@
 //     database/sql and gated: goodput, latency of successes and refusals, and the peaks of
 //     goroutines, heap, server connections and gated's waiting operations.
 //
+// gatedbench fair (fair.go), a subcommand apart from the main run, measures tenants and
+// priorities inside one workload's gate (B = P = 8, Q = 8, gate_queue_wait 50ms, pg_sleep(0.02)
+// under a 1 s deadline): a noisy tenant of 64 workers that never back off beside seven small
+// tenants of one worker each (each small tenant's success rate and p99 against the unloaded p99,
+// and the goodput of all against the noisy tenant's alone); one high-priority worker beside 64
+// normal ones; and the heap kept after 200,000 distinct tenant keys. Each load runs with the
+// tenants or the priority in the callers' contexts and, side by side in the same round, without,
+// over several rounds (medians with min–max, in fair.md and on stdout).
+//
 // The server is the one in -url, else DATABASE_URL, else the one the tests find
 // (internal/pgtest: GATED_TEST_DATABASE_URL, 127.0.0.1:5432, a private cluster). Progress goes to
 // stderr. -quick is a smoke run of under a minute; the default run takes about six minutes.
@@ -20,6 +29,7 @@
 //	go run ./cmd/gatedbench                 # full run, results in ./gatedbench-out
 //	go run ./cmd/gatedbench -quick
 //	go run ./cmd/gatedbench -publish .      # also rewrite BENCHMARKS.md and docs/bench/*.png
+//	go run ./cmd/gatedbench fair -rounds 5 -phase 5s   # tenants and priorities, about three minutes
 package main
 
 import (
@@ -100,6 +110,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "adaptive" {
 		os.Exit(runAdaptiveCmd(os.Args[2:], os.Stdout, os.Stderr)) // gate_concurrent=auto and lending (adaptive.go)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fair" {
+		os.Exit(runFairCmd(os.Args[2:], os.Stdout, os.Stderr)) // tenants and priorities inside one gate (fair.go)
 	}
 	cfg, publish, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
