@@ -2,6 +2,7 @@ package gated
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -291,5 +292,47 @@ func TestGateInvariantsWithTenantsAndPriorities(t *testing.T) {
 	}
 	for range b {
 		mustAcquire(t, g)
+	}
+}
+
+// TestInTxPassesTheGateOnceWithItsContextsPriority: InTx's BEGIN passes the gate under its
+// context's priority (a high one displaces a low waiter from a full gate), and the transaction's
+// statements, under whatever context, never queue again: the permit taken at BEGIN is held to
+// the end, so every statement runs with the priority and tenant the transaction began with.
+func TestInTxPassesTheGateOnceWithItsContextsPriority(t *testing.T) {
+	db, c, fd := openFake(t, "gate_max_conns=2 gate_concurrent=1 gate_queue=1 gate_queue_wait=1m")
+	held := holdPermit(t, db, fd, "h")
+	low := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(WithPriority(context.Background(), PriorityLow), "SELECT 1")
+		low <- err
+	}()
+	waitFor(t, "the low waiter queued", func() bool { return c.Stats().Waiting == 1 })
+
+	ctx := WithTenant(WithPriority(context.Background(), PriorityHigh), "acme")
+	tx := make(chan error, 1)
+	go func() {
+		tx <- InTx(ctx, db, nil, func(tx *sql.Tx) error {
+			for _, q := range []string{"SELECT 1", "SELECT 2", "SELECT 3"} {
+				// A statement under a context of another tenant and priority runs on the
+				// transaction's permit all the same.
+				if _, err := tx.ExecContext(WithTenant(WithPriority(context.Background(), PriorityLow), "other"), q); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	wantDisplaced(t, "the low waiter", <-low)
+	admitted := c.Stats().Admitted
+	fd.Release("h")
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-tx; err != nil {
+		t.Fatalf("InTx: %v", err)
+	}
+	if s := c.Stats(); s.Admitted != admitted+1 || s.RejectedDisplaced != 1 || s.Running != 0 || s.Waiting != 0 {
+		t.Errorf("stats %+v: want the transaction admitted once (%d before), one displaced", s, admitted)
 	}
 }

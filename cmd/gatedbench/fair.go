@@ -251,6 +251,7 @@ type tally struct {
 	Calls, OK  int64
 	Fail       [numKinds]int64
 	Hist       histogram // successes
+	Wait       histogram // the gate's wait of the admitted calls (EventAdmitted), when observed
 	FirstOther string    // the first error of kind other
 }
 
@@ -276,6 +277,7 @@ func (t *tally) merge(o *tally) {
 		t.Fail[k] += o.Fail[k]
 	}
 	t.Hist.merge(&o.Hist)
+	t.Wait.merge(&o.Wait)
 	if t.FirstOther == "" {
 		t.FirstOther = o.FirstOther
 	}
@@ -339,13 +341,30 @@ func (p *phaseResult) group(name string) *tally {
 	return &tally{}
 }
 
+// workerKey is the context key of a fairPhase worker's index, for its Observer.
+type workerKey struct{}
+
 // fairPhase runs ws closed loop: each calls call with a context of its own class and a deadline
 // of deadline, for warmup and until every worker's first call ended, then for dur; the calls that
-// end within dur are counted in their worker's group. It returns an error only when ctx ends.
-func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, dur time.Duration) (*phaseResult, error) {
+// end within dur are counted in their worker's group. With attach (nil: none), the gate's wait
+// of each admitted call in the measured window is counted too, from the Observer's
+// EventAdmitted, which gated emits on the calling goroutine. It returns an error only when ctx
+// ends.
+func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, dur time.Duration, attach func(gated.Observer) func()) (*phaseResult, error) {
 	var phase atomic.Int32
 	stop := make(chan struct{})
 	tallies := make([]tally, len(ws))
+	if attach != nil {
+		detach := attach(gated.ObserverFunc(func(e gated.Event) {
+			if e.Kind != gated.EventAdmitted || e.Context == nil || phase.Load() != phaseMeasure {
+				return
+			}
+			if i, ok := e.Context.Value(workerKey{}).(int); ok {
+				tallies[i].Wait.record(e.Duration)
+			}
+		}))
+		defer detach()
+	}
 	var wg, warm sync.WaitGroup
 	for i, w := range ws {
 		wg.Add(1)
@@ -358,9 +377,9 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 				}
 				wg.Done()
 			}()
-			wctx := ctx
+			wctx := context.WithValue(ctx, workerKey{}, i)
 			if w.class != nil {
-				wctx = w.class(ctx)
+				wctx = w.class(wctx)
 			}
 			var pause *time.Timer
 			for phase.Load() != phaseStop && ctx.Err() == nil {
@@ -529,7 +548,7 @@ func runFair(ctx context.Context, fc fairConfig, log io.Writer) (*fairReport, er
 	}
 	sleepCall, oneCall := exec(sleepQ), exec(oneQ)
 	phase := func(ws []fairWorker) (*phaseResult, error) {
-		return fairPhase(ctx, sleepCall, ws, fc.deadline, fc.warmup, fc.phase)
+		return fairPhase(ctx, sleepCall, ws, fc.deadline, fc.warmup, fc.phase, gate.Attach)
 	}
 	small := smallNames(fc.small)
 	for r := range fc.rounds {
@@ -633,6 +652,7 @@ type worst struct {
 	RateOf string
 	P99    time.Duration
 	P99Of  string
+	Wait   time.Duration // the highest p99 of the gate's wait
 }
 
 // worstSmall returns the worst of the tenants named small in p.
@@ -646,6 +666,7 @@ func worstSmall(p *phaseResult, small []string) worst {
 		if d := t.p99(); w.P99Of == "" || d > w.P99 {
 			w.P99, w.P99Of = d, name
 		}
+		w.Wait = max(w.Wait, t.Wait.quantile(0.99))
 	}
 	if w.RateOf == "" {
 		w.Rate = 0

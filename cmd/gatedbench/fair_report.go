@@ -242,6 +242,7 @@ func (r *fairReport) noisySection(b *strings.Builder, unloaded stat) {
 	}
 	row("the worst small tenant's success rate", func(_ fairRound, p *phaseResult) float64 { return worstSmall(p, small).Rate }, fpct)
 	row("the worst small tenant's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).P99) }, fms)
+	row("the worst small tenant's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Wait) }, fms)
 	row("the same / that round's unloaded p99", func(rd fairRound, p *phaseResult) float64 {
 		return p99Ratio(worstSmall(p, small).P99, rd.Unloaded)
 	}, fp99ratio)
@@ -288,6 +289,7 @@ func (r *fairReport) prioritySection(b *strings.Builder, unloaded stat) {
 	}
 	row("the high worker's success rate", func(_ fairRound, p *phaseResult) float64 { return p.group(highGroup).successRate() }, fpct)
 	row("the high worker's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).p99()) }, fms)
+	row("the high worker's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Wait.quantile(0.99)) }, fms)
 	row("the same / that round's unloaded p99", func(rd fairRound, p *phaseResult) float64 {
 		return p99Ratio(p.group(highGroup).p99(), rd.Unloaded)
 	}, fp99ratio)

@@ -226,7 +226,7 @@ func TestFairPhaseCountsEveryGroupAndPauses(t *testing.T) {
 	ws := append(workers(1, "ok", nil, 0), workers(1, "spin", nil, 0)...)
 	ws = append(ws, workers(1, "paused", tenant("paused"), pause)...)
 	ws = append(ws, workers(1, "late", priority(gated.PriorityHigh), 0)...)
-	res, err := fairPhase(context.Background(), call, ws, 5*time.Millisecond, time.Millisecond, 100*time.Millisecond)
+	res, err := fairPhase(context.Background(), call, ws, 5*time.Millisecond, time.Millisecond, 100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestFairPhaseCountsEveryGroupAndPauses(t *testing.T) {
 	// A context that ends stops the phase with its error.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := fairPhase(ctx, call, ws, time.Millisecond, time.Millisecond, time.Hour); !errors.Is(err, context.Canceled) {
+	if _, err := fairPhase(ctx, call, ws, time.Millisecond, time.Millisecond, time.Hour, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("with an ended context: %v", err)
 	}
 }
