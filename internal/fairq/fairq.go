@@ -37,7 +37,7 @@ func (it *Item[T]) Queued() bool { return it.f != nil }
 // A Queue holds the items waiting in one gate. The zero value is an empty queue.
 type Queue[T any] struct {
 	levels [Levels]level[T]
-	flows  map[flowKey]*flow[T] // the flows with waiters
+	flows  map[flowKey]*flow[T] // the flows with waiters, but those of the empty tenant (level.anon)
 	free   *flow[T]             // emptied flows, for reuse, linked by rnext
 	n      int
 }
@@ -61,6 +61,7 @@ type level[T any] struct {
 	sparse, turns flowList[T] // the flows with waiters: those served first once, then those taking turns
 	byCount       []*flow[T]  // byCount[n] heads a list (cprev, cnext) of the flows with n waiters; [0] unused
 	maxCount      int         // the most waiters of one flow
+	anon          *flow[T]    // the flow of the empty tenant, kept out of the map: callers without a tenant pay no lookup
 	n             int         // waiters
 }
 
@@ -100,7 +101,7 @@ func (q *Queue[T]) Len() int { return q.n }
 func (q *Queue[T]) Push(it *Item[T], tenant string, level int) {
 	lv := &q.levels[level]
 	k := flowKey{tenant, int8(level)}
-	f := q.flows[k]
+	f := q.flow(k)
 	if f == nil {
 		f = q.newFlow(k)
 		lv.sparse.pushBack(f)
@@ -193,7 +194,7 @@ func (q *Queue[T]) Victim(tenant string, level int) *Item[T] {
 	}
 	most := lv.byCount[lv.maxCount]
 	own := 0
-	if f := q.flows[flowKey{tenant, int8(level)}]; f != nil {
+	if f := q.flow(flowKey{tenant, int8(level)}); f != nil {
 		own = f.n
 	}
 	if own+1 < most.n {
@@ -234,6 +235,14 @@ func (lv *level[T]) recount(f *flow[T], n int) {
 	lv.maxCount = max(lv.maxCount, n)
 }
 
+// flow returns the flow of k, or nil when it has no waiters.
+func (q *Queue[T]) flow(k flowKey) *flow[T] {
+	if k.tenant == "" {
+		return q.levels[k.level].anon
+	}
+	return q.flows[k]
+}
+
 func (q *Queue[T]) newFlow(k flowKey) *flow[T] {
 	f := q.free
 	if f != nil {
@@ -243,6 +252,10 @@ func (q *Queue[T]) newFlow(k flowKey) *flow[T] {
 		f = new(flow[T])
 	}
 	f.key = k
+	if k.tenant == "" {
+		q.levels[k.level].anon = f
+		return f
+	}
 	if q.flows == nil {
 		q.flows = make(map[flowKey]*flow[T])
 	}
@@ -251,7 +264,11 @@ func (q *Queue[T]) newFlow(k flowKey) *flow[T] {
 }
 
 func (q *Queue[T]) dropFlow(f *flow[T]) {
-	delete(q.flows, f.key)
+	if f.key.tenant == "" {
+		q.levels[f.key.level].anon = nil
+	} else {
+		delete(q.flows, f.key)
+	}
 	*f = flow[T]{rnext: q.free} // the tenant's key is not kept
 	q.free = f
 }

@@ -202,6 +202,11 @@ func TestInvariantsUnderRandomOperations(t *testing.T) {
 	if len(h.q.flows) != 0 {
 		t.Fatalf("an empty queue keeps %d flows", len(h.q.flows))
 	}
+	for l := range h.q.levels {
+		if h.q.levels[l].anon != nil {
+			t.Fatalf("an empty queue keeps the flow of the empty tenant at level %d", l)
+		}
+	}
 }
 
 func checkVictim(t *testing.T, i int, q *Queue[*waiter], live []*waiter, tenant string, lvl int) {
@@ -281,23 +286,31 @@ func TestDistinctKeysLeaveNothingBehind(t *testing.T) {
 	runtime.KeepAlive(&h)
 }
 
-// BenchmarkPushNext: one waiter in and one served, with 32 waiting across 8 tenants.
+// BenchmarkPushNext: one waiter in and one served, with 32 waiting: all without a tenant, and
+// across 8 tenants.
 func BenchmarkPushNext(b *testing.B) {
-	var h harness
-	var idle []*waiter
-	for i := range 64 {
-		w := &waiter{tenant: fmt.Sprintf("t%d", i%8)}
-		w.it.Value = w
-		idle = append(idle, w)
-	}
-	for _, w := range idle[32:] {
-		h.q.Push(&w.it, w.tenant, 1)
-	}
-	idle = idle[:32]
-	b.ReportAllocs()
-	for b.Loop() {
-		w := idle[len(idle)-1]
-		h.q.Push(&w.it, w.tenant, 1)
-		idle[len(idle)-1] = h.q.Next(false).Value
+	for _, tenants := range []int{0, 8} {
+		b.Run(fmt.Sprint("tenants=", tenants), func(b *testing.B) {
+			var h harness
+			var idle []*waiter
+			for i := range 64 {
+				w := &waiter{}
+				if tenants > 0 {
+					w.tenant = fmt.Sprintf("t%d", i%tenants)
+				}
+				w.it.Value = w
+				idle = append(idle, w)
+			}
+			for _, w := range idle[32:] {
+				h.q.Push(&w.it, w.tenant, 1)
+			}
+			idle = idle[:32]
+			b.ReportAllocs()
+			for b.Loop() {
+				w := idle[len(idle)-1]
+				h.q.Push(&w.it, w.tenant, 1)
+				idle[len(idle)-1] = h.q.Next(false).Value
+			}
+		})
 	}
 }
