@@ -351,12 +351,11 @@ type workerKey struct{}
 // EventAdmitted, which gated emits on the calling goroutine. It returns an error only when ctx
 // ends.
 func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, dur time.Duration, attach func(gated.Observer) func()) (*phaseResult, error) {
-	var phase atomic.Int32
-	stop := make(chan struct{})
+	var l loopWindow
 	tallies := make([]tally, len(ws))
 	if attach != nil {
 		detach := attach(gated.ObserverFunc(func(e gated.Event) {
-			if e.Kind != gated.EventAdmitted || e.Context == nil || phase.Load() != phaseMeasure {
+			if e.Kind != gated.EventAdmitted || e.Context == nil || !l.measuring() {
 				return
 			}
 			if i, ok := e.Context.Value(workerKey{}).(int); ok {
@@ -365,67 +364,39 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 		}))
 		defer detach()
 	}
-	var wg, warm sync.WaitGroup
+	wctxs := make([]context.Context, len(ws))
+	pauses := make([]*time.Timer, len(ws))
 	for i, w := range ws {
-		wg.Add(1)
-		warm.Add(1)
-		go func() {
-			warmed := false
-			defer func() {
-				if !warmed { // ctx ended first
-					warm.Done()
-				}
-				wg.Done()
-			}()
-			wctx := context.WithValue(ctx, workerKey{}, i)
-			if w.class != nil {
-				wctx = w.class(wctx)
-			}
-			var pause *time.Timer
-			for phase.Load() != phaseStop && ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(wctx, deadline)
-				t0 := time.Now()
-				err := call(cctx, i)
-				d := time.Since(t0)
-				ctxErr := cctx.Err()
-				cancel()
-				if !warmed {
-					warmed = true
-					warm.Done()
-				}
-				if phase.Load() == phaseMeasure {
-					tallies[i].add(err, ctxErr, d)
-				}
-				if err == nil || w.pause <= 0 {
-					continue
-				}
-				if pause == nil {
-					pause = time.NewTimer(w.pause)
-				} else {
-					pause.Reset(w.pause)
-				}
-				select {
-				case <-pause.C:
-				case <-stop:
-				case <-ctx.Done():
-				}
-			}
-		}()
+		wctxs[i] = context.WithValue(ctx, workerKey{}, i)
+		if w.class != nil {
+			wctxs[i] = w.class(wctxs[i])
+		}
 	}
-	sleep(ctx, warmup)
-	allWarm := make(chan struct{})
-	go func() { warm.Wait(); close(allWarm) }()
-	select {
-	case <-allWarm:
-	case <-ctx.Done():
-	}
-	phase.Store(phaseMeasure)
-	t0 := time.Now()
-	sleep(ctx, dur)
-	phase.Store(phaseStop)
-	elapsed := time.Since(t0)
-	close(stop)
-	wg.Wait()
+	elapsed := l.run(ctx, len(ws), warmup, dur, func(i int) {
+		w := ws[i]
+		cctx, cancel := context.WithTimeout(wctxs[i], deadline)
+		t0 := time.Now()
+		err := call(cctx, i)
+		d := time.Since(t0)
+		ctxErr := cctx.Err()
+		cancel()
+		if l.measuring() {
+			tallies[i].add(err, ctxErr, d)
+		}
+		if err == nil || w.pause <= 0 {
+			return
+		}
+		if pauses[i] == nil {
+			pauses[i] = time.NewTimer(w.pause)
+		} else {
+			pauses[i].Reset(w.pause)
+		}
+		select {
+		case <-pauses[i].C:
+		case <-l.stop:
+		case <-ctx.Done():
+		}
+	}, nil, nil)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

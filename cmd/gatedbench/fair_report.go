@@ -305,10 +305,19 @@ func (r *fairReport) prioritySection(b *strings.Builder, unloaded stat) {
 	b.WriteString("\n\n")
 }
 
+// cardAdmission says what the cardinality run's workers find at the gate, whose admission
+// permits are admit.
+func cardAdmission(workers, admit int) string {
+	if workers > admit {
+		return fmt.Sprintf("With more workers than B+Q (%d), most calls find admission full and are refused at once; only the admitted ones queue with their keys.", admit)
+	}
+	return fmt.Sprintf("With no more workers than B+Q (%d), every call is admitted, and those beyond B queue with their keys.", admit)
+}
+
 func (r *fairReport) cardSection(b *strings.Builder) {
 	c := r.cfg
-	fmt.Fprintf(b, "## Cardinality\n\n`SELECT 1`, %d calls from %d workers, each call with a tenant key of its own in \"%s\" (new keys every round) and none in \"%s\". Heap: HeapAlloc after runtime.GC, before the calls and after them, the *sql.DB open throughout. With more workers than B+Q (%d), most calls find admission full and are refused at once.\n\n",
-		c.keys, c.cardW, withTenants, noTenants, c.P+c.Q)
+	fmt.Fprintf(b, "## Cardinality\n\n`SELECT 1`, %d calls from %d workers, each call with a tenant key of its own in \"%s\" (new keys every round) and none in \"%s\". Heap: HeapAlloc after runtime.GC, before the calls and after them, the *sql.DB open throughout. %s\n\n",
+		c.keys, c.cardW, withTenants, noTenants, cardAdmission(c.cardW, c.P+c.Q))
 	contenders := []string{withTenants, noTenants}
 	fmt.Fprintf(b, "| | %s | %s |\n|---|---|---|\n", contenders[0], contenders[1])
 	row := func(name string, f func(cr *cardResult) float64, format func(float64) string) {

@@ -312,19 +312,25 @@ const (
 	phaseStop
 )
 
-// closedLoop runs op in len(workers) goroutines for warmup, and until every worker's first
-// operation has ended (the first one opens a connection, which on a busy machine can take longer
-// than the warm-up), then measures for dur: operations that complete while measuring are counted
-// (an unbiased throughput in steady state), their latencies recorded, and the process's
-// allocations and CPU time taken over the same window. It returns an error only when ctx ends.
-func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur time.Duration) (loopResult, error) {
-	var phase atomic.Int32
+// A loopWindow runs closed-loop workers through a warm-up and a measured window: each worker
+// repeats one operation while the loop runs, and counts it only if it ended while measuring.
+// closedLoop and fairPhase share it.
+type loopWindow struct {
+	phase atomic.Int32
+	stop  chan struct{} // closed when the window ends, for workers that pause between operations
+}
+
+// measuring reports whether the measured window is open.
+func (l *loopWindow) measuring() bool { return l.phase.Load() == phaseMeasure }
+
+// run calls once(i) over and over in n goroutines, i from 0 to n-1, for warmup and until every
+// worker's first call has ended (the first one opens a connection, which on a busy machine can
+// take longer than the warm-up), then opens the window for dur. opened and closed (nil: nothing)
+// run as it opens and closes, before the workers stop. It returns the window's length.
+func (l *loopWindow) run(ctx context.Context, n int, warmup, dur time.Duration, once func(i int), opened, closed func()) time.Duration {
+	l.stop = make(chan struct{})
 	var wg, warm sync.WaitGroup
-	runtime.GC() // garbage of the previous measurement is not this one's to collect
-	for i := range workers {
-		w := &workers[i]
-		w.h.reset()
-		w.ops, w.errs, w.err = 0, 0, nil
+	for i := range n {
 		wg.Add(1)
 		warm.Add(1)
 		go func() {
@@ -335,25 +341,12 @@ func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur t
 				}
 				wg.Done()
 			}()
-			for phase.Load() != phaseStop && ctx.Err() == nil {
-				t0 := time.Now()
-				err := op(ctx, i)
-				d := time.Since(t0)
+			for l.phase.Load() != phaseStop && ctx.Err() == nil {
+				once(i)
 				if !warmed {
 					warmed = true
 					warm.Done()
 				}
-				if phase.Load() != phaseMeasure {
-					continue
-				}
-				if err != nil {
-					if w.errs++; w.err == nil {
-						w.err = err
-					}
-					continue
-				}
-				w.h.record(d)
-				w.ops++
 			}
 		}()
 	}
@@ -364,17 +357,57 @@ func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur t
 	case <-allWarm:
 	case <-ctx.Done():
 	}
-	phase.Store(phaseMeasure)
-	m0, c0, t0 := mallocs(), cpuTime(), time.Now()
+	l.phase.Store(phaseMeasure)
+	if opened != nil {
+		opened()
+	}
+	t0 := time.Now()
 	sleep(ctx, dur)
-	phase.Store(phaseStop)
-	t1 := time.Now()
-	m1, c1 := mallocs(), cpuTime()
+	l.phase.Store(phaseStop)
+	elapsed := time.Since(t0)
+	if closed != nil {
+		closed()
+	}
+	close(l.stop)
 	wg.Wait()
+	return elapsed
+}
+
+// closedLoop runs op in len(workers) goroutines (loopWindow): operations that complete while
+// measuring are counted (an unbiased throughput in steady state), their latencies recorded, and
+// the process's allocations and CPU time taken over the same window. It returns an error only
+// when ctx ends.
+func closedLoop(ctx context.Context, op op, workers []workerState, warmup, dur time.Duration) (loopResult, error) {
+	runtime.GC() // garbage of the previous measurement is not this one's to collect
+	for i := range workers {
+		w := &workers[i]
+		w.h.reset()
+		w.ops, w.errs, w.err = 0, 0, nil
+	}
+	var l loopWindow
+	var m0, m1 runtime.MemStats
+	var c0, c1 time.Duration
+	elapsed := l.run(ctx, len(workers), warmup, dur, func(i int) {
+		w := &workers[i]
+		t0 := time.Now()
+		err := op(ctx, i)
+		d := time.Since(t0)
+		if !l.measuring() {
+			return
+		}
+		if err != nil {
+			if w.errs++; w.err == nil {
+				w.err = err
+			}
+			return
+		}
+		w.h.record(d)
+		w.ops++
+	}, func() { m0, c0 = mallocs(), cpuTime() }, func() { m1, c1 = mallocs(), cpuTime() })
 	if err := ctx.Err(); err != nil {
 		return loopResult{}, err
 	}
-	r := loopResult{Elapsed: t1.Sub(t0), Mallocs: m1.Mallocs - m0.Mallocs, Bytes: m1.TotalAlloc - m0.TotalAlloc, CPU: c1 - c0}
+	r := loopResult{Elapsed: elapsed, Mallocs: m1.Mallocs - m0.Mallocs, Bytes: m1.TotalAlloc - m0.TotalAlloc, CPU: c1 - c0}
 	for i := range workers {
 		w := &workers[i]
 		r.Ops += w.ops
