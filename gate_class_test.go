@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -334,5 +335,54 @@ func TestInTxPassesTheGateOnceWithItsContextsPriority(t *testing.T) {
 	}
 	if s := c.Stats(); s.Admitted != admitted+1 || s.RejectedDisplaced != 1 || s.Running != 0 || s.Waiting != 0 {
 		t.Errorf("stats %+v: want the transaction admitted once (%d before), one displaced", s, admitted)
+	}
+}
+
+// TestGateQueuedTenantAllocatesNothing: an operation of a tenant the gate has seen before, queued
+// and then granted, allocates nothing: its waiter comes from the gate's pool and its tenant's
+// place in the order from the queue's recycled ones.
+func TestGateQueuedTenantAllocatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"no tenant", context.Background()},
+		{"tenant", WithPriority(tenantCtx("acme"), PriorityHigh)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTestGate(1, 1, time.Hour)
+			start, granted := make(chan struct{}), make(chan error)
+			defer close(start)
+			go func() {
+				for range start {
+					_, err := g.acquire(tc.ctx)
+					granted <- err
+				}
+			}()
+			queued := func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.waiting == 1
+			}
+			once := func() {
+				mustAcquire(t, g)
+				start <- struct{}{}
+				// Polled by hand, with a deadline: testwait's helpers allocate.
+				for deadline := time.Now().Add(time.Minute); !queued(); runtime.Gosched() {
+					if time.Now().After(deadline) {
+						t.Fatal("the operation never queued")
+					}
+				}
+				g.release(nil) // to the waiter
+				if err := <-granted; err != nil {
+					t.Fatal(err)
+				}
+				g.release(nil)
+			}
+			once() // the waiter's and the tenant's first use
+			if a := testing.AllocsPerRun(200, once); a != 0 {
+				t.Errorf("a queued operation allocates %v times", a)
+			}
+		})
 	}
 }
