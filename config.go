@@ -158,7 +158,8 @@ const PoolerTransaction = "transaction"
 
 // The values of gate_queue_order ([Config.QueueOrder]).
 const (
-	// QueueFIFO serves waiters in arrival order, each waiting at most gate_queue_wait.
+	// QueueFIFO serves waiters in arrival order, each waiting at most gate_queue_wait (within
+	// one priority and tenant: see WithPriority and WithTenant).
 	QueueFIFO = "fifo"
 	// QueueAdaptive serves in arrival order while the queue keeps emptying. Once it has stayed
 	// non-empty for 100 ms (a standing queue: the gate is overloaded) it serves the newest waiter

@@ -99,6 +99,18 @@
 // reports each gate. gate_name shares one set of gates and one pool between the *sql.DB handles
 // of a process.
 //
+// # Who goes first: tenants and priorities
+//
+// Inside one gate, [WithPriority] serves every waiter of a higher priority before any of a lower
+// one, and [WithTenant] makes the callers' tenants share the gate: waiters are served round-robin
+// across tenants, first in, first out within one, a tenant that had nobody waiting first. When
+// admission is full, an arrival of a higher priority, or of a tenant with two or more waiters
+// fewer than the tenant with the most, displaces that priority's or tenant's newest waiter, which
+// gets [ErrAdmissionDisplaced]; a running operation is never interrupted. With neither set, the
+// gate serves first in, first out as before, and the context is not even read unless an
+// operation must wait. A transaction or pinned *sql.Conn keeps the tenant and priority of its
+// first operation, as it keeps its workload.
+//
 // # Fleet
 //
 // gate_fleet=on (with gate_name) makes gate_max_conns and every gate's B and Q the totals of all
