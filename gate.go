@@ -157,12 +157,14 @@ func (g *gate) acquire(ctx context.Context) (pc *physConn, err error) {
 	case g.running+g.waiting >= g.concurrent+g.queue:
 		// Full: refused, unless a waiter gives way to this arrival. Someone waits only when no
 		// permit is free and gate_queue_wait is set, so the arrival then queues in its place.
-		cls = classFrom(ctx)
-		if g.head == nil || !g.displaceLocked(cls) {
-			g.rejectedFull++
-			g.mu.Unlock()
-			return nil, g.wl.full
+		if g.head != nil {
+			if cls = classFrom(ctx); g.displaceLocked(cls) {
+				break // to the queue
+			}
 		}
+		g.rejectedFull++
+		g.mu.Unlock()
+		return nil, g.wl.full
 	case g.ownFreeLocked() && g.head == nil:
 		// Nobody waits, so taking the permit cannot jump the queue.
 		g.running++
