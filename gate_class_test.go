@@ -67,6 +67,20 @@ func displaceWith(t *testing.T, g *gate, ctx context.Context, name string, log *
 	return done, <-victim
 }
 
+// wantServed waits for the acquires' results, each of which must be a success, and checks that
+// log recorded their grants in the order want.
+func wantServed(t *testing.T, log *serviceLog, want []string, dones ...<-chan error) {
+	t.Helper()
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := log.get(); !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
 func tenantCtx(tenant string) context.Context { return WithTenant(context.Background(), tenant) }
 
 func prioCtx(p Priority) context.Context { return WithPriority(context.Background(), p) }
@@ -83,14 +97,7 @@ func TestGateServesHigherPriorityFirst(t *testing.T) {
 		dones = append(dones, queueNamed(t, g, prioCtx(w.p), w.name, &log))
 	}
 	g.release(nil)
-	for _, d := range dones {
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, want := log.get(), []string{"high", "normal1", "normal2", "low"}; !slices.Equal(got, want) {
-		t.Fatalf("served %v, want %v", got, want)
-	}
+	wantServed(t, &log, []string{"high", "normal1", "normal2", "low"}, dones...)
 }
 
 func TestGateServesTenantsInTurn(t *testing.T) {
@@ -102,14 +109,7 @@ func TestGateServesTenantsInTurn(t *testing.T) {
 		dones = append(dones, queueNamed(t, g, tenantCtx(name[:1]), name, &log))
 	}
 	g.release(nil)
-	for _, d := range dones {
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, want := log.get(), []string{"a1", "b1", "a2", "b2", "a3"}; !slices.Equal(got, want) {
-		t.Fatalf("served %v, want the tenants in turn, each first in first out: %v", got, want)
-	}
+	wantServed(t, &log, []string{"a1", "b1", "a2", "b2", "a3"}, dones...)
 }
 
 // wantDisplaced checks that err is the gate's displacement refusal.
@@ -140,14 +140,7 @@ func TestGateHigherPriorityDisplacesTheNewestLowerWaiter(t *testing.T) {
 		t.Fatalf("low arrival with only higher waiters: got %v, want ErrAdmissionFull", err)
 	}
 	g.release(nil)
-	for _, d := range []<-chan error{high, normal} {
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, want := log.get(), []string{"high", "normal"}; !slices.Equal(got, want) {
-		t.Fatalf("served %v, want %v", got, want)
-	}
+	wantServed(t, &log, []string{"high", "normal"}, high, normal)
 	s := gateStats(g)
 	if s.RejectedDisplaced != 2 || s.RejectedFull != 1 || s.Admitted != 3 || s.Running != 0 || s.Waiting != 0 {
 		t.Fatalf("final stats %+v", s)
@@ -175,14 +168,7 @@ func TestGateTenantWithFewerWaitersDisplacesTheNewestOfTheLargest(t *testing.T) 
 	none, err := displaceWith(t, g, context.Background(), "none", &log, n2)
 	wantDisplaced(t, "n2", err)
 	g.release(nil)
-	for _, d := range []<-chan error{n1, s1, none} {
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, want := log.get(), []string{"n1", "s1", "none"}; !slices.Equal(got, want) {
-		t.Fatalf("served %v, want %v", got, want)
-	}
+	wantServed(t, &log, []string{"n1", "s1", "none"}, n1, s1, none)
 	if s := gateStats(g); s.RejectedDisplaced != 2 || s.RejectedFull != 2 || s.Running != 0 || s.Waiting != 0 {
 		t.Fatalf("final stats %+v", s)
 	}
@@ -228,14 +214,7 @@ func TestGateAdaptiveKeepsTenantsInTurn(t *testing.T) {
 	}
 	g.mu.Unlock()
 	g.release(nil)
-	for _, d := range dones {
-		if err := <-d; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, want := log.get(), []string{"a2", "b2", "a1", "b1"}; !slices.Equal(got, want) {
-		t.Fatalf("served %v, want %v", got, want)
-	}
+	wantServed(t, &log, []string{"a2", "b2", "a1", "b1"}, dones...)
 }
 
 // TestGateInvariantsWithTenantsAndPriorities: callers of random tenants and priorities, with

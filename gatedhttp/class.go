@@ -1,6 +1,7 @@
 package gatedhttp
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gatedsql/gated"
@@ -24,9 +25,7 @@ var (
 // The request keeps its workload and priority: Tenant, [Workload] and [Priority] compose in any
 // order.
 func Tenant(key string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(withTenant(r.Context(), key)))
-	})
+	return serveWith(next, func(r *http.Request) context.Context { return withTenant(r.Context(), key) })
 }
 
 // TenantFunc is like [Tenant] with the key chosen per request by choose; an empty key leaves the
@@ -47,11 +46,11 @@ func Tenant(key string, next http.Handler) http.Handler {
 //		return apiKeys.Owner(r.Header.Get("Authorization")) // "" for a key it does not know
 //	}, mux)
 func TenantFunc(choose func(*http.Request) string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveWith(next, func(r *http.Request) context.Context {
 		if key := choose(r); key != "" {
-			r = r.WithContext(withTenant(r.Context(), key))
+			return withTenant(r.Context(), key)
 		}
-		next.ServeHTTP(w, r)
+		return nil
 	})
 }
 
@@ -68,9 +67,7 @@ func TenantFunc(choose func(*http.Request) string, next http.Handler) http.Handl
 // The request keeps its workload and tenant: Priority, [Workload] and [Tenant] compose in any
 // order.
 func Priority(p gated.Priority, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(withPriority(r.Context(), p)))
-	})
+	return serveWith(next, func(r *http.Request) context.Context { return withPriority(r.Context(), p) })
 }
 
 // PriorityFunc is like [Priority] with the priority chosen per request by choose, which is
@@ -89,7 +86,5 @@ func Priority(p gated.Priority, next http.Handler) http.Handler {
 // Like a tenant key, a priority read from a request is whatever the client sends: raise one
 // only for an identity the server has authenticated, such as the owner of an API key.
 func PriorityFunc(choose func(*http.Request) gated.Priority, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(withPriority(r.Context(), choose(r))))
-	})
+	return serveWith(next, func(r *http.Request) context.Context { return withPriority(r.Context(), choose(r)) })
 }

@@ -1,6 +1,7 @@
 package gatedhttp
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gatedsql/gated"
@@ -17,9 +18,7 @@ var withWorkload = gated.WithWorkload
 //
 // The name must be one of the workloads configured on the gated *sql.DB the handler uses.
 func Workload(name string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(withWorkload(r.Context(), name)))
-	})
+	return serveWith(next, func(r *http.Request) context.Context { return withWorkload(r.Context(), name) })
 }
 
 // WorkloadFunc is like [Workload] with the name chosen per request by choose; an empty name
@@ -32,9 +31,21 @@ func Workload(name string, next http.Handler) http.Handler {
 //		return byRoute[pattern]
 //	}, mux)
 func WorkloadFunc(choose func(*http.Request) string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveWith(next, func(r *http.Request) context.Context {
 		if name := choose(r); name != "" {
-			r = r.WithContext(withWorkload(r.Context(), name))
+			return withWorkload(r.Context(), name)
+		}
+		return nil
+	})
+}
+
+// serveWith returns a handler that serves each request with next, under the context ctxFor
+// returns for it, or under its own when ctxFor returns nil. Workload, Tenant, Priority and their
+// Func forms are it.
+func serveWith(next http.Handler, ctxFor func(*http.Request) context.Context) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ctx := ctxFor(r); ctx != nil {
+			r = r.WithContext(ctx)
 		}
 		next.ServeHTTP(w, r)
 	})
