@@ -86,8 +86,8 @@ func (r RejectReason) String() string {
 // workload's gate refused and why. It wraps [ErrAdmissionFull], [ErrAdmissionTimeout] or
 // [ErrAdmissionDisplaced], so errors.Is and [IsRejected] match it as they match those
 // sentinels; use errors.As to read the workload, for example to answer with the Retry-After of
-// that workload's gate (gatedhttp's Rejecter does). Each gate returns the same three values every time, so a refusal allocates
-// nothing: do not modify one.
+// that workload's gate (gatedhttp's Rejecter does). Each gate returns the same three values
+// every time, so a refusal allocates nothing: do not modify one.
 type RejectedError struct {
 	Workload string       // the refusing gate's workload: "default" for gate_concurrent's, or a gate_workloads name
 	Reason   RejectReason // RejectFull, RejectTimeout or RejectDisplaced

@@ -11,9 +11,8 @@ import (
 // [Connector.WorkloadStats], [Connector.AllStats]). Gauges are ints, counters
 // since the Connector was made are int64. Every admitted operation is counted in Admitted; every
 // attempt ends in exactly one of Admitted, RejectedFull, RejectedTimeout, RejectedDisplaced and
-// Canceled. The
-// counters are kept whether or not an [Observer] is attached; gatedprom and gatedotel export them
-// as they are here.
+// Canceled. The counters are kept whether or not an [Observer] is attached; gatedprom and
+// gatedotel export them as they are here.
 type Stats struct {
 	Concurrent int // B: execution permits; with gate_concurrent=auto (or the workload option auto) the current limit
 	Queue      int // Q: admission permits beyond B
