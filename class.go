@@ -3,8 +3,9 @@ package gated
 import "context"
 
 // Who goes first inside one gate: the tenant and the priority a caller's context carries. The
-// gate reads them only when an operation must wait or finds admission full; an operation that
-// finds a permit free with nobody waiting never looks (gate.go, internal/fairq).
+// gate reads them only when an operation must wait, or finds admission full while someone waits
+// (only a waiter can give way); an operation that finds a permit free with nobody waiting never
+// looks (gate.go, internal/fairq).
 
 // A Priority orders the waiters of one gate: every waiter of a higher priority is served before
 // any of a lower one, and when admission is full an arrival of a higher priority displaces the

@@ -37,6 +37,14 @@ func (l *serviceLog) get() []string {
 func queueNamed(t *testing.T, g *gate, ctx context.Context, name string, log *serviceLog) <-chan error {
 	t.Helper()
 	before := gateStats(g).Waiting
+	done := startNamed(g, ctx, name, log)
+	waitFor(t, name+" queued", func() bool { return gateStats(g).Waiting == before+1 })
+	return done
+}
+
+// startNamed starts an acquire of g under ctx named name; when granted it logs name and
+// releases at once. It returns the acquire's error channel.
+func startNamed(g *gate, ctx context.Context, name string, log *serviceLog) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.acquire(ctx)
@@ -46,7 +54,6 @@ func queueNamed(t *testing.T, g *gate, ctx context.Context, name string, log *se
 		}
 		done <- err
 	}()
-	waitFor(t, name+" queued", func() bool { return gateStats(g).Waiting == before+1 })
 	return done
 }
 
@@ -55,15 +62,7 @@ func queueNamed(t *testing.T, g *gate, ctx context.Context, name string, log *se
 // place (both happen under one hold of the gate's lock).
 func displaceWith(t *testing.T, g *gate, ctx context.Context, name string, log *serviceLog, victim <-chan error) (<-chan error, error) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.acquire(ctx)
-		if err == nil {
-			log.add(name)
-			g.release(nil)
-		}
-		done <- err
-	}()
+	done := startNamed(g, ctx, name, log)
 	return done, <-victim
 }
 

@@ -31,9 +31,6 @@ type Item[T any] struct {
 	f          *flow[T] // nil while the item is not queued
 }
 
-// Queued reports whether the item is in a queue.
-func (it *Item[T]) Queued() bool { return it.f != nil }
-
 // A Queue holds the items waiting in one gate. The zero value is an empty queue.
 type Queue[T any] struct {
 	levels [Levels]level[T]

@@ -34,7 +34,7 @@ func (h *harness) next(t *testing.T, newest bool) *waiter {
 	if it == nil {
 		t.Fatal("Next returned nil with waiters queued")
 	}
-	if it.Queued() {
+	if it.f != nil {
 		t.Fatal("Next left the item queued")
 	}
 	return it.Value
