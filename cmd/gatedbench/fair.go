@@ -2,8 +2,9 @@ package main
 
 // gatedbench fair: tenants (gated.WithTenant) and priorities (gated.WithPriority) inside one
 // workload's gate, on PostgreSQL. One gated *sql.DB with gate_max_conns = gate_concurrent = P,
-// gate_queue = Q and gate_queue_wait (8, 8 and 50ms by default) serves every phase; every call has
-// a deadline of its own (1 s). Each round runs, in this order:
+// gate_queue = Q and gate_queue_wait (8, 8 and 50ms by default) serves every phase but the
+// lockstep ones, which open their own; every call has a deadline of its own (1 s). Each round
+// runs, in this order:
 //
 //   - unloaded: one worker alone, SELECT pg_sleep(0.02), no tenant: the p99 the others are judged
 //     against.
@@ -15,6 +16,12 @@ package main
 //   - priority: one worker whose context carries gated.PriorityHigh (pausing 20 ms after a
 //     failure) beside 64 workers of normal priority that never back off; beside it the same load
 //     with no priority set ("no priority").
+//   - lockstep: the same 64 workers and query, each arriving at a random moment within the
+//     warm-up, once on plain database/sql (SetMaxOpenConns(P)) and once on a gated *sql.DB whose
+//     queue holds them all (gate_queue = 64, gate_queue_wait = the deadline), so that nobody is
+//     refused: how the successes are spaced in time. Permits come back only as often as queries
+//     end; when the P connections end their queries together, a caller that just missed a
+//     release waits for the next group of them, whatever the gate's order.
 //   - cardinality: N distinct tenant keys (200,000), one SELECT 1 each, from 64 workers, so that
 //     calls queue: the heap (HeapAlloc after runtime.GC) before and after, with the *sql.DB open
 //     throughout, so that whatever the gate keeps of the keys is counted; beside it the same calls
@@ -22,11 +29,14 @@ package main
 //     find admission full and are refused at once; -card-workers 16 (B+Q) makes every call wait
 //     for a permit or run.
 //
+// Every phase also reports how its successes are spaced: the share that ended within 1 ms of the
+// one before, and the gaps between them.
+//
 // Every call ends as a success or as one failure kind: displaced (gated.ErrAdmissionDisplaced),
 // full (ErrAdmissionFull), timeout (ErrAdmissionTimeout), deadline (the call's own deadline) or
 // other. The report gives medians over rounds with min–max (fair.md in -out, and stdout).
 //
-// The full measurement (about three minutes; run it with the machine otherwise idle):
+// The full measurement (about four minutes; run it with the machine otherwise idle):
 //
 //	go run ./cmd/gatedbench fair -rounds 5 -phase 5s
 //
@@ -34,10 +44,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime"
@@ -54,7 +66,7 @@ import (
 )
 
 // fairScenarios are the scenarios of gatedbench fair, in run order.
-var fairScenarios = []string{"noisy", "priority", "cardinality"}
+var fairScenarios = []string{"noisy", "priority", "lockstep", "cardinality"}
 
 // Contenders: the same load with and without the classes in the callers' contexts.
 const (
@@ -62,6 +74,8 @@ const (
 	noTenants   = "no tenants"
 	withHigh    = "high"
 	noPriority  = "no priority"
+	onPlain     = "plain database/sql"
+	onGated     = "gated"
 )
 
 // Groups of callers in a phase.
@@ -70,6 +84,7 @@ const (
 	highGroup   = "high"
 	normalGroup = "normal"
 	aloneGroup  = "alone"
+	lockGroup   = "lockstep"
 )
 
 type fairConfig struct {
@@ -161,6 +176,9 @@ func (fc fairConfig) estimate() time.Duration {
 		phases += 3
 	}
 	if fc.runs("priority") {
+		phases += 2
+	}
+	if fc.runs("lockstep") {
 		phases += 2
 	}
 	return time.Duration(fc.rounds*phases) * (fc.phase + fc.warmup)
@@ -298,6 +316,7 @@ type fairWorker struct {
 	group string                                // the tally it counts in
 	class func(context.Context) context.Context // adds its tenant or priority; nil for none
 	pause time.Duration                         // wait after a failure; 0 retries at once
+	start time.Duration                         // wait before its first call
 }
 
 // workers returns n workers of group, with class and pause.
@@ -313,10 +332,41 @@ func priority(p gated.Priority) func(context.Context) context.Context {
 	return func(ctx context.Context) context.Context { return gated.WithPriority(ctx, p) }
 }
 
-// phaseResult is one measured phase: a tally per group and the length of the window.
+// phaseResult is one measured phase: a tally per group, the length of the window, and how the
+// successes of all groups were spaced in it.
 type phaseResult struct {
 	Elapsed time.Duration
 	Groups  map[string]*tally
+	Spacing spacing
+}
+
+// spacing says how the successes of a phase were spaced in time: the share of them that ended
+// within 1 ms of the success before, and the quantiles of the gaps between successive ones.
+// Evenly spaced, every gap would be Even, the window over the successes.
+type spacing struct {
+	Close         float64
+	P50, P90, P99 time.Duration
+	Even          time.Duration
+}
+
+// spacingOf is the spacing of the successes that ended at ends (in any order) within a window
+// of length window.
+func spacingOf(ends []time.Time, window time.Duration) spacing {
+	if len(ends) < 2 {
+		return spacing{}
+	}
+	ends = slices.SortedFunc(slices.Values(ends), time.Time.Compare)
+	var gaps histogram
+	close := 0
+	for i := 1; i < len(ends); i++ {
+		g := ends[i].Sub(ends[i-1])
+		gaps.record(g)
+		if g < time.Millisecond {
+			close++
+		}
+	}
+	return spacing{Close: float64(close) / float64(len(ends)-1), P50: gaps.quantile(0.5), P90: gaps.quantile(0.9),
+		P99: gaps.quantile(0.99), Even: window / time.Duration(len(ends))}
 }
 
 // goodput is the successes per second of the groups named (all groups when none are).
@@ -346,7 +396,8 @@ type workerKey struct{}
 
 // fairPhase runs ws closed loop: each calls call with a context of its own class and a deadline
 // of deadline, for warmup and until every worker's first call ended, then for dur; the calls that
-// end within dur are counted in their worker's group. With attach (nil: none), the gate's wait
+// end within dur are counted in their worker's group, and the times the successes ended in the
+// phase's spacing. With attach (nil: none), the gate's wait
 // of each admitted call in the measured window is counted too, from the Observer's
 // EventAdmitted, which gated emits on the calling goroutine. It returns an error only when ctx
 // ends.
@@ -366,41 +417,54 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 	}
 	wctxs := make([]context.Context, len(ws))
 	pauses := make([]*time.Timer, len(ws))
-	for i, w := range ws {
-		wctxs[i] = context.WithValue(ctx, workerKey{}, i)
-		if w.class != nil {
-			wctxs[i] = w.class(wctxs[i])
-		}
-	}
-	elapsed := l.run(ctx, len(ws), warmup, dur, func(i int) {
-		w := ws[i]
-		cctx, cancel := context.WithTimeout(wctxs[i], deadline)
-		t0 := time.Now()
-		err := call(cctx, i)
-		d := time.Since(t0)
-		ctxErr := cctx.Err()
-		cancel()
-		if l.measuring() {
-			tallies[i].add(err, ctxErr, d)
-		}
-		if err == nil || w.pause <= 0 {
-			return
-		}
+	ends := make([][]time.Time, len(ws))
+	wait := func(i int, d time.Duration) {
 		if pauses[i] == nil {
-			pauses[i] = time.NewTimer(w.pause)
+			pauses[i] = time.NewTimer(d)
 		} else {
-			pauses[i].Reset(w.pause)
+			pauses[i].Reset(d)
 		}
 		select {
 		case <-pauses[i].C:
 		case <-l.stop:
 		case <-ctx.Done():
 		}
+	}
+	for i, w := range ws {
+		wctxs[i] = context.WithValue(ctx, workerKey{}, i)
+		if w.class != nil {
+			wctxs[i] = w.class(wctxs[i])
+		}
+	}
+	started := make([]bool, len(ws))
+	elapsed := l.run(ctx, len(ws), warmup, dur, func(i int) {
+		w := ws[i]
+		if !started[i] {
+			started[i] = true
+			if w.start > 0 {
+				wait(i, w.start)
+			}
+		}
+		cctx, cancel := context.WithTimeout(wctxs[i], deadline)
+		t0 := time.Now()
+		err := call(cctx, i)
+		end := time.Now()
+		ctxErr := cctx.Err()
+		cancel()
+		if l.measuring() {
+			tallies[i].add(err, ctxErr, end.Sub(t0))
+			if err == nil {
+				ends[i] = append(ends[i], end)
+			}
+		}
+		if err != nil && w.pause > 0 {
+			wait(i, w.pause)
+		}
 	}, nil, nil)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	res := &phaseResult{Elapsed: elapsed, Groups: map[string]*tally{}}
+	res := &phaseResult{Elapsed: elapsed, Groups: map[string]*tally{}, Spacing: spacingOf(slices.Concat(ends...), elapsed)}
 	for i, w := range ws {
 		g := res.Groups[w.group]
 		if g == nil {
@@ -485,6 +549,7 @@ type fairRound struct {
 	NoisyAlone *phaseResult            // the noisy tenant alone
 	Noisy      map[string]*phaseResult // the mixed load, by contender
 	Priority   map[string]*phaseResult // by contender
+	Lockstep   map[string]*phaseResult // by contender
 	Card       map[string]*cardResult  // by contender
 }
 
@@ -584,6 +649,19 @@ func runFair(ctx context.Context, fc fairConfig, log io.Writer) (*fairReport, er
 					r+1, fc.rounds, c, 100*h.successRate(), h.Calls, fmtDur(h.p99()), res.goodput(normalGroup))
 			}
 		}
+		if fc.runs("lockstep") {
+			rd.Lockstep = map[string]*phaseResult{}
+			for _, c := range order(onGated, onPlain) {
+				res, err := lockstep(ctx, fc, c, app)
+				if err != nil {
+					return nil, err
+				}
+				rd.Lockstep[c] = res
+				s := res.Spacing
+				p.printf("round %d/%d lockstep %s: goodput %.0f/s; %.0f %% of successes within 1 ms of the one before; gaps p90 %s, p99 %s (evenly spaced: %s)",
+					r+1, fc.rounds, c, res.goodput(), 100*s.Close, fmtDur(s.P90), fmtDur(s.P99), fmtDur(s.Even))
+			}
+		}
 		if fc.runs("cardinality") {
 			rd.Card = map[string]*cardResult{}
 			// Warm the pool and the gate in the same shape, with keys of their own.
@@ -609,6 +687,37 @@ func runFair(ctx context.Context, fc fairConfig, log io.Writer) (*fairReport, er
 	}
 	rep.elapsed = time.Since(rep.start)
 	return rep, nil
+}
+
+// lockstep runs the lockstep phase on contender c (onPlain or onGated), on a *sql.DB of its own
+// with P connections: fc.noisy workers, each arriving at a random moment within the warm-up,
+// that nobody refuses.
+func lockstep(ctx context.Context, fc fairConfig, c, app string) (*phaseResult, error) {
+	var db *sql.DB
+	var err error
+	if c == onPlain {
+		db, err = openPlain(config{URL: fc.url, P: fc.P}, app)
+	} else {
+		var dsn string
+		dsn, err = withParams(fc.url, "application_name", app, "gate_max_conns", strconv.Itoa(fc.P), "gate_concurrent", strconv.Itoa(fc.P),
+			"gate_queue", strconv.Itoa(fc.noisy), "gate_queue_wait", fc.deadline.String())
+		if err == nil {
+			db, err = gated.Open(dsn)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	ws := workers(fc.noisy, lockGroup, nil, 0)
+	for i := range ws {
+		ws[i].start = rand.N(fc.warmup + 1)
+	}
+	q := fc.sleepQuery()
+	return fairPhase(ctx, func(ctx context.Context, _ int) error {
+		_, err := db.ExecContext(ctx, q)
+		return err
+	}, ws, fc.deadline, fc.warmup, fc.phase, nil)
 }
 
 // refused is the number of t's calls the gate refused.

@@ -54,6 +54,7 @@ func phaseStat(rounds []fairRound, m func(fairRound) map[string]*phaseResult, c 
 
 func noisyOf(rd fairRound) map[string]*phaseResult    { return rd.Noisy }
 func priorityOf(rd fairRound) map[string]*phaseResult { return rd.Priority }
+func lockstepOf(rd fairRound) map[string]*phaseResult { return rd.Lockstep }
 
 // p99Ratio is d over the round's unloaded p99 (0 when there is none).
 func p99Ratio(d, unloaded time.Duration) float64 {
@@ -196,9 +197,54 @@ func (r *fairReport) markdown(b *strings.Builder) {
 	if r.has(func(rd fairRound) bool { return rd.Priority != nil }) {
 		r.prioritySection(b, unloaded)
 	}
+	if r.has(func(rd fairRound) bool { return rd.Lockstep != nil }) {
+		r.lockstepSection(b)
+	}
 	if r.has(func(rd fairRound) bool { return rd.Card != nil }) {
 		r.cardSection(b)
 	}
+}
+
+// A rowFunc writes one row of a table of phases: name, then f over the rounds of each
+// contender's phase, in format.
+type rowFunc func(name string, f func(rd fairRound, p *phaseResult) float64, format func(float64) string)
+
+// phaseRows writes the head of a table of contenders' phases in m and returns the rowFunc that
+// writes its rows.
+func phaseRows(b *strings.Builder, rounds []fairRound, m func(fairRound) map[string]*phaseResult, contenders []string) rowFunc {
+	fmt.Fprintf(b, "| | %s |\n|---|%s\n", strings.Join(contenders, " | "), strings.Repeat("---|", len(contenders)))
+	return func(name string, f func(rd fairRound, p *phaseResult) float64, format func(float64) string) {
+		fmt.Fprintf(b, "| %s |", name)
+		for _, ct := range contenders {
+			fmt.Fprintf(b, " %s |", fmtStatR(phaseStat(rounds, m, ct, f), format))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// spacingRows writes, with row (of phaseRows), how the successes of the phases were spaced.
+func spacingRows(row rowFunc) {
+	sp := func(f func(s spacing) float64) func(fairRound, *phaseResult) float64 {
+		return func(_ fairRound, p *phaseResult) float64 { return f(p.Spacing) }
+	}
+	row("successes ending within 1 ms of the one before", sp(func(s spacing) float64 { return s.Close }), fpct)
+	row("gap between successive successes: p50", sp(func(s spacing) float64 { return float64(s.P50) }), fms)
+	row("the same: p90", sp(func(s spacing) float64 { return float64(s.P90) }), fms)
+	row("the same: p99", sp(func(s spacing) float64 { return float64(s.P99) }), fms)
+	row("the same, were they evenly spaced", sp(func(s spacing) float64 { return float64(s.Even) }), fms)
+}
+
+func (r *fairReport) lockstepSection(b *strings.Builder) {
+	c := r.cfg
+	fmt.Fprintf(b, "## Lockstep\n\n`%s`. %d workers that nobody refuses, each arriving at a random moment within the warm-up, on %d connections: plain database/sql (SetMaxOpenConns(%d)) and gated (gate_concurrent = %d, gate_queue = %d, gate_queue_wait = %v). A waiting caller can start only when a query ends. When the connections end their queries together, one that just missed a group of releases waits for the next group, up to a whole query, however the waiters are ordered.\n\n",
+		c.sleepQuery(), c.noisy, c.P, c.P, c.P, c.noisy, c.deadline)
+	row := phaseRows(b, r.rounds, lockstepOf, []string{onPlain, onGated})
+	row("goodput (/s)", func(_ fairRound, p *phaseResult) float64 { return p.goodput() }, fops)
+	spacingRows(row)
+	for _, line := range firstOthers(r.rounds, lockstepOf) {
+		fmt.Fprintf(b, "\n* other error: %s", line)
+	}
+	b.WriteString("\n\n")
 }
 
 // kindCells are the median counts per round of every failure kind of group g in contender c.
@@ -232,14 +278,7 @@ func (r *fairReport) noisySection(b *strings.Builder, unloaded stat) {
 	fmt.Fprintf(b, "## Noisy neighbour\n\n`%s`. The tenant %q: %d workers that retry at once after any error; %s .. %s: one worker each, which waits %v after a failure. Unloaded p99 (one worker alone, first in each round): %s.\n\n",
 		c.sleepQuery(), noisyGroup, c.noisy, small[0], small[len(small)-1], c.pause, fmtStatR(unloaded, fms))
 	contenders := []string{withTenants, noTenants}
-	fmt.Fprintf(b, "| | %s | %s |\n|---|---|---|\n", contenders[0], contenders[1])
-	row := func(name string, f func(rd fairRound, p *phaseResult) float64, format func(float64) string) {
-		fmt.Fprintf(b, "| %s |", name)
-		for _, ct := range contenders {
-			fmt.Fprintf(b, " %s |", fmtStatR(phaseStat(r.rounds, noisyOf, ct, f), format))
-		}
-		b.WriteString("\n")
-	}
+	row := phaseRows(b, r.rounds, noisyOf, contenders)
 	row("the worst small tenant's success rate", func(_ fairRound, p *phaseResult) float64 { return worstSmall(p, small).Rate }, fpct)
 	row("the worst small tenant's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).P99) }, fms)
 	row("the worst small tenant's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Wait) }, fms)
@@ -257,6 +296,7 @@ func (r *fairReport) noisySection(b *strings.Builder, unloaded stat) {
 		}
 		return 0
 	}, fratio)
+	spacingRows(row)
 	b.WriteString("\nEvery tenant: calls per round ending inside the measured window, and how they ended (median counts per round).\n\n")
 	b.WriteString("| tenant | contender | calls | success rate | success p99 | displaced | full | timeout | deadline | other |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range append([]string{noisyGroup}, small...) {
@@ -278,15 +318,7 @@ func (r *fairReport) prioritySection(b *strings.Builder, unloaded stat) {
 	c := r.cfg
 	fmt.Fprintf(b, "## Priority\n\n`%s`. One worker whose context carries gated.PriorityHigh (\"%s\"; none in \"%s\"), which waits %v after a failure, beside %d workers of normal priority (no priority set) that retry at once after any error. Unloaded p99: %s.\n\n",
 		c.sleepQuery(), withHigh, noPriority, c.pause, c.noisy, fmtStatR(unloaded, fms))
-	contenders := []string{withHigh, noPriority}
-	fmt.Fprintf(b, "| | %s | %s |\n|---|---|---|\n", contenders[0], contenders[1])
-	row := func(name string, f func(rd fairRound, p *phaseResult) float64, format func(float64) string) {
-		fmt.Fprintf(b, "| %s |", name)
-		for _, ct := range contenders {
-			fmt.Fprintf(b, " %s |", fmtStatR(phaseStat(r.rounds, priorityOf, ct, f), format))
-		}
-		b.WriteString("\n")
-	}
+	row := phaseRows(b, r.rounds, priorityOf, []string{withHigh, noPriority})
 	row("the high worker's success rate", func(_ fairRound, p *phaseResult) float64 { return p.group(highGroup).successRate() }, fpct)
 	row("the high worker's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).p99()) }, fms)
 	row("the high worker's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Wait.quantile(0.99)) }, fms)
@@ -299,6 +331,7 @@ func (r *fairReport) prioritySection(b *strings.Builder, unloaded stat) {
 	}
 	row("goodput of the normal workers (/s)", func(_ fairRound, p *phaseResult) float64 { return p.goodput(normalGroup) }, fops)
 	row("the normal workers' success rate", func(_ fairRound, p *phaseResult) float64 { return p.group(normalGroup).successRate() }, fpct)
+	spacingRows(row)
 	for _, line := range firstOthers(r.rounds, priorityOf) {
 		fmt.Fprintf(b, "\n* other error: %s", line)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,11 +28,12 @@ func TestParseFairFlags(t *testing.T) {
 	if got := fc.sleepQuery(); got != "SELECT pg_sleep(0.02)" {
 		t.Errorf("query %q", got)
 	}
-	if got := strings.Join(fc.scenarios, ","); got != "noisy,priority,cardinality" {
+	if got := strings.Join(fc.scenarios, ","); got != "noisy,priority,lockstep,cardinality" {
 		t.Errorf("scenarios %q", got)
 	}
-	// Per round: unloaded, the noisy tenant alone, two mixed loads, two priority loads.
-	if got, want := fc.estimate(), 5*6*(5*time.Second+500*time.Millisecond); got != want {
+	// Per round: unloaded, the noisy tenant alone, two mixed loads, two priority loads, two
+	// lockstep loads.
+	if got, want := fc.estimate(), 5*8*(5*time.Second+500*time.Millisecond); got != want {
 		t.Errorf("estimate %v, want %v", got, want)
 	}
 	fc, err = parseFairFlags([]string{"-rounds", "1", "-phase", "2s", "-scenarios", "cardinality, noisy,noisy"}, io.Discard)
@@ -128,6 +130,41 @@ func TestWorstSmallTakesEachMeasureFromItsOwnWorst(t *testing.T) {
 	}
 }
 
+func TestSpacingOfMeasuresTheGapsBetweenSuccesses(t *testing.T) {
+	// Two groups of four successes 20 ms apart, each group within 0.3 ms, given out of order.
+	t0 := time.Now()
+	var ends []time.Time
+	for g := range 5 {
+		for k := range 4 {
+			ends = append(ends, t0.Add(time.Duration(g)*20*time.Millisecond+time.Duration(k)*100*time.Microsecond))
+		}
+	}
+	ends[0], ends[len(ends)-1] = ends[len(ends)-1], ends[0]
+	s := spacingOf(ends, 100*time.Millisecond)
+	// 19 gaps: 15 of 0.1 ms within the groups, 4 of 19.7 ms between them.
+	if want := 15.0 / 19; s.Close != want {
+		t.Errorf("close %v, want %v", s.Close, want)
+	}
+	near := func(d, want time.Duration) bool { return d >= want*98/100 && d <= want*102/100 }
+	if !near(s.P50, 100*time.Microsecond) || !near(s.P90, 19700*time.Microsecond) || !near(s.P99, 19700*time.Microsecond) {
+		t.Errorf("gaps p50 %v, p90 %v, p99 %v; want 0.1 ms, 19.7 ms and 19.7 ms", s.P50, s.P90, s.P99)
+	}
+	if s.Even != 5*time.Millisecond {
+		t.Errorf("evenly spaced %v, want 5ms (20 successes in 100ms)", s.Even)
+	}
+	// Evenly spaced successes have no close ones, and every gap is the even one.
+	ends = ends[:0]
+	for k := range 10 {
+		ends = append(ends, t0.Add(time.Duration(k)*2*time.Millisecond))
+	}
+	if s := spacingOf(ends, 20*time.Millisecond); s.Close != 0 || !near(s.P50, 2*time.Millisecond) || !near(s.P99, 2*time.Millisecond) || s.Even != 2*time.Millisecond {
+		t.Errorf("evenly spaced: %+v", s)
+	}
+	if s := spacingOf(ends[:1], time.Second); s != (spacing{}) {
+		t.Errorf("one success: %+v, want nothing", s)
+	}
+}
+
 // fairRoundOf is a round in which the contenders with classes meet every target and those
 // without miss every one.
 func fairRoundOf(unloaded time.Duration) fairRound {
@@ -151,6 +188,12 @@ func fairRoundOf(unloaded time.Duration) fairRound {
 		Priority: map[string]*phaseResult{
 			withHigh:   high(1000, nil, 30*time.Millisecond),
 			noPriority: high(500, map[int]int64{kindTimeout: 400, kindFull: 100}, 60*time.Millisecond),
+		},
+		Lockstep: map[string]*phaseResult{
+			onPlain: {Elapsed: time.Second, Groups: map[string]*tally{lockGroup: fakeTally(380, 40*time.Millisecond, nil)},
+				Spacing: spacing{Close: 0.75, P50: 100 * time.Microsecond, P90: 19 * time.Millisecond, P99: 20 * time.Millisecond, Even: 2600 * time.Microsecond}},
+			onGated: {Elapsed: time.Second, Groups: map[string]*tally{lockGroup: fakeTally(370, 40*time.Millisecond, nil)},
+				Spacing: spacing{Close: 0.7, P50: 200 * time.Microsecond, P90: 18 * time.Millisecond, P99: 21 * time.Millisecond, Even: 2700 * time.Microsecond}},
 		},
 		Card: map[string]*cardResult{
 			withTenants: {Keys: 1000, Growth: 1 << 20, Elapsed: time.Second, Total: *fakeTally(900, time.Millisecond, map[int]int64{kindFull: 100})},
@@ -188,7 +231,12 @@ func TestFairTargetsJudgeBothContendersOnTheMedians(t *testing.T) {
 		"| small-1 | no tenants | 100 | 50.00 % | 89.",
 		"| the high worker's failures: timeout | 0 | 400 |",
 		"| failed: full | 100 | 100 |",
-		"## Noisy neighbour", "## Priority", "## Cardinality",
+		"| | plain database/sql | gated |",
+		"| goodput (/s) | 380 | 370 |",
+		"| successes ending within 1 ms of the one before | 75.00 % | 70.00 % |",
+		"| the same: p99 | 20 ms | 21 ms |",
+		"| the same, were they evenly spaced | 2.6 ms | 2.7 ms |",
+		"## Noisy neighbour", "## Priority", "## Lockstep", "## Cardinality",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
@@ -196,14 +244,14 @@ func TestFairTargetsJudgeBothContendersOnTheMedians(t *testing.T) {
 	}
 	// A scenario that did not run has neither targets nor a section.
 	for i := range r.rounds {
-		r.rounds[i].Priority, r.rounds[i].Card = nil, nil
+		r.rounds[i].Priority, r.rounds[i].Lockstep, r.rounds[i].Card = nil, nil, nil
 	}
 	if ts := fairTargets(r); len(ts) != 3 {
 		t.Errorf("noisy only: %d targets, want 3", len(ts))
 	}
 	b.Reset()
 	r.markdown(&b)
-	if strings.Contains(b.String(), "## Priority") || strings.Contains(b.String(), "## Cardinality") {
+	if strings.Contains(b.String(), "## Priority") || strings.Contains(b.String(), "## Lockstep") || strings.Contains(b.String(), "## Cardinality") {
 		t.Errorf("sections of scenarios that did not run:\n%s", b.String())
 	}
 }
@@ -222,22 +270,40 @@ func TestFairPhaseCountsEveryGroupAndPauses(t *testing.T) {
 		}
 		return nil
 	}
-	const pause = 20 * time.Millisecond
+	const pause, start = 20 * time.Millisecond, 30 * time.Millisecond
 	ws := append(workers(1, "ok", nil, 0), workers(1, "spin", nil, 0)...)
 	ws = append(ws, workers(1, "paused", tenant("paused"), pause)...)
 	ws = append(ws, workers(1, "late", priority(gated.PriorityHigh), 0)...)
+	ws[0].start = start
+	var first atomic.Int64 // when worker 0 first called
+	counted := call
+	call = func(ctx context.Context, w int) error {
+		if w == 0 {
+			first.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return counted(ctx, w)
+	}
+	t0 := time.Now()
 	res, err := fairPhase(context.Background(), call, ws, 5*time.Millisecond, time.Millisecond, 100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := res.group("ok"); g.OK == 0 || g.OK != g.Calls || g.Hist.count() != uint64(g.OK) {
+	if waited := time.Duration(first.Load() - t0.UnixNano()); waited < start {
+		t.Errorf("worker 0 called %v after the phase began, before its start of %v", waited, start)
+	}
+	g := res.group("ok")
+	if g.OK == 0 || g.OK != g.Calls || g.Hist.count() != uint64(g.OK) {
 		t.Errorf("ok: %+v", g)
+	}
+	// Only the successes are spaced: those of worker 0, one after another.
+	if want := res.Elapsed / time.Duration(g.OK); res.Spacing.Even != want || res.Spacing.P50 <= 0 {
+		t.Errorf("spacing %+v of %d successes in %v, want evenly spaced %v", res.Spacing, g.OK, res.Elapsed, want)
 	}
 	if g := res.group("spin"); g.OK != 0 || g.Fail[kindFull] == 0 || g.Fail[kindFull] != g.Calls {
 		t.Errorf("spin: %d calls, %d full", g.Calls, g.Fail[kindFull])
 	}
 	// Every failure is followed by a pause: at most one call per pause, and one more at the edge.
-	g := res.group("paused")
+	g = res.group("paused")
 	if g.Calls == 0 || g.Fail[kindFull] != g.Calls || g.Calls > int64(res.Elapsed/pause)+1 {
 		t.Errorf("paused: %d calls, %d full in %v with a pause of %v", g.Calls, g.Fail[kindFull], res.Elapsed, pause)
 	}
@@ -298,6 +364,12 @@ func TestFairRunsAgainstTheServer(t *testing.T) {
 	for _, c := range []string{withHigh, noPriority} {
 		check("priority "+c, rd.Priority[c], highGroup, normalGroup)
 	}
+	for _, c := range []string{onPlain, onGated} {
+		check("lockstep "+c, rd.Lockstep[c], lockGroup)
+		if p := rd.Lockstep[c]; p != nil && (p.group(lockGroup).OK != p.group(lockGroup).Calls || p.Spacing.Even <= 0) {
+			t.Errorf("lockstep %s: %d of %d calls succeeded, spacing %+v", c, p.group(lockGroup).OK, p.group(lockGroup).Calls, p.Spacing)
+		}
+	}
 	var stdout strings.Builder
 	if err := rep.write(&stdout); err != nil {
 		t.Fatal(err)
@@ -306,7 +378,7 @@ func TestFairRunsAgainstTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(md) != stdout.String() || !strings.Contains(string(md), "## Targets") || !strings.Contains(string(md), "## Cardinality") {
+	if string(md) != stdout.String() || !strings.Contains(string(md), "## Targets") || !strings.Contains(string(md), "## Lockstep") || !strings.Contains(string(md), "## Cardinality") {
 		t.Errorf("fair.md and stdout:\n%s\n---\n%s", md, stdout.String())
 	}
 	if t.Failed() {
