@@ -37,8 +37,10 @@ type EventKind uint8
 // when that succeeded one EventHold when its binding ends.
 const (
 	// EventAdmitted: the operation got its execution permit. Duration is the time it waited
-	// for it, from arriving at the gate (0 when a permit was free at once, up to
-	// gate_queue_wait); Stats.WaitDuration adds up the same waits measured inside the gate.
+	// for it, from arriving at the gate: up to gate_queue_wait, and when a permit was free at
+	// once the time to pass the gate, well under a microsecond (0 when the Observer was
+	// attached after the operation arrived); Stats.WaitDuration adds up the waits of the
+	// operations that queued, measured inside the gate.
 	EventAdmitted EventKind = iota + 1
 	// EventRejectedFull: refused at once with ErrAdmissionFull.
 	EventRejectedFull
