@@ -30,7 +30,10 @@ package main
 //     for a permit or run.
 //
 // Every phase also reports how its successes are spaced: the share that ended within 1 ms of the
-// one before, and the gaps between them.
+// one before, and the gaps between them. For the small tenants and the high-priority worker it
+// gives, beside their wait in the gate, the least wait any order of service could have given
+// them (a permit comes back with the next release at the earliest) and their statement's time
+// inside the driver.
 //
 // Every call ends as a success or as one failure kind: displaced (gated.ErrAdmissionDisplaced),
 // full (ErrAdmissionFull), timeout (ErrAdmissionTimeout), deadline (the call's own deadline) or
@@ -269,7 +272,9 @@ type tally struct {
 	Calls, OK  int64
 	Fail       [numKinds]int64
 	Hist       histogram // successes
-	Wait       histogram // the gate's wait of the admitted calls (EventAdmitted), when observed
+	Wait       histogram // the gate's wait of the calls admitted (EventAdmitted), when observed
+	Next       histogram // of the successes: the least any order of service could have made them wait (toNextRelease), when observed
+	Stmt       histogram // of the successes: the time inside the driver of their statement (EventStatement), when observed
 	FirstOther string    // the first error of kind other
 }
 
@@ -296,6 +301,8 @@ func (t *tally) merge(o *tally) {
 	}
 	t.Hist.merge(&o.Hist)
 	t.Wait.merge(&o.Wait)
+	t.Next.merge(&o.Next)
+	t.Stmt.merge(&o.Stmt)
 	if t.FirstOther == "" {
 		t.FirstOther = o.FirstOther
 	}
@@ -399,18 +406,38 @@ type workerKey struct{}
 // end within dur are counted in their worker's group, and the times the successes ended in the
 // phase's spacing. With attach (nil: none), the gate's wait
 // of each admitted call in the measured window is counted too, from the Observer's
-// EventAdmitted, which gated emits on the calling goroutine. It returns an error only when ctx
-// ends.
+// EventAdmitted, which gated emits on the calling goroutine, as it does EventStatement, whose
+// time inside the driver is counted for the successes; and so is, for each success, the least
+// any order of service could have made it wait, from the releases of permits by anyone
+// (EventHold, which gated emits just before it gives the permit back). It returns an error only
+// when ctx ends.
 func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, dur time.Duration, attach func(gated.Observer) func()) (*phaseResult, error) {
 	var l loopWindow
 	tallies := make([]tally, len(ws))
+	waited := make([]time.Duration, len(ws)) // the gate's wait of worker i's call (-1: not admitted), set on its goroutine
+	stmt := make([]time.Duration, len(ws))   // the time inside the driver of its statement (-1: none), the same
+	admitted := make([][]admittedCall, len(ws))
+	var relMu sync.Mutex
+	var releases []time.Time
 	if attach != nil {
 		detach := attach(gated.ObserverFunc(func(e gated.Event) {
-			if e.Kind != gated.EventAdmitted || e.Context == nil || !l.measuring() {
-				return
-			}
-			if i, ok := e.Context.Value(workerKey{}).(int); ok {
-				tallies[i].Wait.record(e.Duration)
+			switch e.Kind {
+			case gated.EventHold:
+				now := time.Now()
+				relMu.Lock()
+				releases = append(releases, now)
+				relMu.Unlock()
+			case gated.EventAdmitted, gated.EventStatement:
+				if e.Context == nil {
+					return
+				}
+				if i, ok := e.Context.Value(workerKey{}).(int); ok {
+					if e.Kind == gated.EventAdmitted {
+						waited[i] = e.Duration
+					} else {
+						stmt[i] = e.Duration
+					}
+				}
 			}
 		}))
 		defer detach()
@@ -446,6 +473,7 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 			}
 		}
 		cctx, cancel := context.WithTimeout(wctxs[i], deadline)
+		waited[i], stmt[i] = -1, -1
 		t0 := time.Now()
 		err := call(cctx, i)
 		end := time.Now()
@@ -453,8 +481,17 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 		cancel()
 		if l.measuring() {
 			tallies[i].add(err, ctxErr, end.Sub(t0))
+			if waited[i] >= 0 {
+				tallies[i].Wait.record(waited[i])
+			}
 			if err == nil {
 				ends[i] = append(ends[i], end)
+				if stmt[i] >= 0 {
+					tallies[i].Stmt.record(stmt[i])
+				}
+				if waited[i] >= 0 {
+					admitted[i] = append(admitted[i], admittedCall{at: t0, wait: waited[i]})
+				}
 			}
 		}
 		if err != nil && w.pause > 0 {
@@ -464,6 +501,12 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	relMu.Lock()
+	slices.SortFunc(releases, time.Time.Compare)
+	for i := range admitted {
+		toNextRelease(&tallies[i].Next, releases, admitted[i])
+	}
+	relMu.Unlock()
 	res := &phaseResult{Elapsed: elapsed, Groups: map[string]*tally{}, Spacing: spacingOf(slices.Concat(ends...), elapsed)}
 	for i, w := range ws {
 		g := res.Groups[w.group]
@@ -474,6 +517,27 @@ func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, 
 		g.merge(&tallies[i])
 	}
 	return res, nil
+}
+
+// An admittedCall is a call that got its permit: when it was made, and how long it waited in
+// the gate.
+type admittedCall struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// toNextRelease records in h, for every call, the least any order of service could have made it
+// wait: its own wait, or the time from the call to the first of releases (sorted) after it when
+// that is shorter. A permit is free at once, or comes back with the next release at the
+// earliest, to whichever waiter the gate chooses.
+func toNextRelease(h *histogram, releases []time.Time, calls []admittedCall) {
+	for _, c := range calls {
+		least := c.wait
+		if k, _ := slices.BinarySearchFunc(releases, c.at, time.Time.Compare); k < len(releases) {
+			least = min(least, releases[k].Sub(c.at))
+		}
+		h.record(least)
+	}
 }
 
 // cardResult is one cardinality run.
@@ -546,6 +610,7 @@ func cardinality(ctx context.Context, call op, gate *gated.Connector, nw, n int,
 // fairRound is what one round measured; a scenario not run leaves its fields nil.
 type fairRound struct {
 	Unloaded   time.Duration           // p99 of one worker alone
+	UnloadedSt time.Duration           // p99 of its statement time
 	NoisyAlone *phaseResult            // the noisy tenant alone
 	Noisy      map[string]*phaseResult // the mixed load, by contender
 	Priority   map[string]*phaseResult // by contender
@@ -601,7 +666,7 @@ func runFair(ctx context.Context, fc fairConfig, log io.Writer) (*fairReport, er
 			if err != nil {
 				return nil, err
 			}
-			rd.Unloaded = res.group(aloneGroup).p99()
+			rd.Unloaded, rd.UnloadedSt = res.group(aloneGroup).p99(), res.group(aloneGroup).Stmt.quantile(0.99)
 			p.printf("round %d/%d unloaded: p99 %s over %d calls (%d failed)", r+1, fc.rounds, fmtDur(rd.Unloaded),
 				res.group(aloneGroup).Calls, res.group(aloneGroup).Calls-res.group(aloneGroup).OK)
 		}
@@ -733,6 +798,8 @@ type worst struct {
 	P99    time.Duration
 	P99Of  string
 	Wait   time.Duration // the highest p99 of the gate's wait
+	Next   time.Duration // the highest p99 of the least wait any order of service could have given
+	Stmt   time.Duration // the highest p99 of the statement time of a success
 }
 
 // worstSmall returns the worst of the tenants named small in p.
@@ -747,6 +814,8 @@ func worstSmall(p *phaseResult, small []string) worst {
 			w.P99, w.P99Of = d, name
 		}
 		w.Wait = max(w.Wait, t.Wait.quantile(0.99))
+		w.Next = max(w.Next, t.Next.quantile(0.99))
+		w.Stmt = max(w.Stmt, t.Stmt.quantile(0.99))
 	}
 	if w.RateOf == "" {
 		w.Rate = 0

@@ -190,12 +190,15 @@ func (r *fairReport) markdown(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", t.name, t.limit, t.with, t.withV, t.without, t.noV)
 	}
 	b.WriteString("\n")
-	unloaded := overRounds(r.rounds, func(rd fairRound) (float64, bool) { return float64(rd.Unloaded), rd.Unloaded > 0 })
+	u := fmtStatR(overRounds(r.rounds, func(rd fairRound) (float64, bool) { return float64(rd.Unloaded), rd.Unloaded > 0 }), fms)
+	if st := overRounds(r.rounds, func(rd fairRound) (float64, bool) { return float64(rd.UnloadedSt), rd.UnloadedSt > 0 }); st.Median > 0 {
+		u += ", its statement time's p99 in the driver " + fmtStatR(st, fms)
+	}
 	if r.has(func(rd fairRound) bool { return rd.Noisy != nil }) {
-		r.noisySection(b, unloaded)
+		r.noisySection(b, u)
 	}
 	if r.has(func(rd fairRound) bool { return rd.Priority != nil }) {
-		r.prioritySection(b, unloaded)
+		r.prioritySection(b, u)
 	}
 	if r.has(func(rd fairRound) bool { return rd.Lockstep != nil }) {
 		r.lockstepSection(b)
@@ -272,19 +275,22 @@ func firstOthers(rounds []fairRound, m func(fairRound) map[string]*phaseResult) 
 	return out
 }
 
-func (r *fairReport) noisySection(b *strings.Builder, unloaded stat) {
+// noisySection writes the noisy neighbour's tables; unloaded says what one worker alone measured.
+func (r *fairReport) noisySection(b *strings.Builder, unloaded string) {
 	c := r.cfg
 	small := smallNames(c.small)
 	fmt.Fprintf(b, "## Noisy neighbour\n\n`%s`. The tenant %q: %d workers that retry at once after any error; %s .. %s: one worker each, which waits %v after a failure. Unloaded p99 (one worker alone, first in each round): %s.\n\n",
-		c.sleepQuery(), noisyGroup, c.noisy, small[0], small[len(small)-1], c.pause, fmtStatR(unloaded, fms))
+		c.sleepQuery(), noisyGroup, c.noisy, small[0], small[len(small)-1], c.pause, unloaded)
 	contenders := []string{withTenants, noTenants}
 	row := phaseRows(b, r.rounds, noisyOf, contenders)
 	row("the worst small tenant's success rate", func(_ fairRound, p *phaseResult) float64 { return worstSmall(p, small).Rate }, fpct)
 	row("the worst small tenant's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).P99) }, fms)
-	row("the worst small tenant's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Wait) }, fms)
 	row("the same / that round's unloaded p99", func(rd fairRound, p *phaseResult) float64 {
 		return p99Ratio(worstSmall(p, small).P99, rd.Unloaded)
 	}, fp99ratio)
+	row("the worst small tenant's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Wait) }, fms)
+	row("the same, the least any order of service could have made it (the next release of any permit)", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Next) }, fms)
+	row("the worst small tenant's p99 statement time, in the driver", func(_ fairRound, p *phaseResult) float64 { return float64(worstSmall(p, small).Stmt) }, fms)
 	row("goodput of all tenants (/s)", func(_ fairRound, p *phaseResult) float64 { return p.goodput() }, fops)
 	row("goodput of the noisy tenant (/s)", func(_ fairRound, p *phaseResult) float64 { return p.goodput(noisyGroup) }, fops)
 	row("goodput of the small tenants (/s)", func(_ fairRound, p *phaseResult) float64 { return p.goodput(small...) }, fops)
@@ -314,17 +320,21 @@ func (r *fairReport) noisySection(b *strings.Builder, unloaded stat) {
 	b.WriteString("\n\n")
 }
 
-func (r *fairReport) prioritySection(b *strings.Builder, unloaded stat) {
+// prioritySection writes the priority scenario's table; unloaded says what one worker alone
+// measured.
+func (r *fairReport) prioritySection(b *strings.Builder, unloaded string) {
 	c := r.cfg
 	fmt.Fprintf(b, "## Priority\n\n`%s`. One worker whose context carries gated.PriorityHigh (\"%s\"; none in \"%s\"), which waits %v after a failure, beside %d workers of normal priority (no priority set) that retry at once after any error. Unloaded p99: %s.\n\n",
-		c.sleepQuery(), withHigh, noPriority, c.pause, c.noisy, fmtStatR(unloaded, fms))
+		c.sleepQuery(), withHigh, noPriority, c.pause, c.noisy, unloaded)
 	row := phaseRows(b, r.rounds, priorityOf, []string{withHigh, noPriority})
 	row("the high worker's success rate", func(_ fairRound, p *phaseResult) float64 { return p.group(highGroup).successRate() }, fpct)
 	row("the high worker's success p99", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).p99()) }, fms)
-	row("the high worker's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Wait.quantile(0.99)) }, fms)
 	row("the same / that round's unloaded p99", func(rd fairRound, p *phaseResult) float64 {
 		return p99Ratio(p.group(highGroup).p99(), rd.Unloaded)
 	}, fp99ratio)
+	row("the high worker's p99 wait in the gate", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Wait.quantile(0.99)) }, fms)
+	row("the same, the least any order of service could have made it (the next release of any permit)", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Next.quantile(0.99)) }, fms)
+	row("the high worker's p99 statement time, in the driver", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Stmt.quantile(0.99)) }, fms)
 	row("the high worker's calls per round", func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Calls) }, fops)
 	for k := range numKinds {
 		row("the high worker's failures: "+kindNames[k], func(_ fairRound, p *phaseResult) float64 { return float64(p.group(highGroup).Fail[k]) }, fops)

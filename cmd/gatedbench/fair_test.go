@@ -165,6 +165,29 @@ func TestSpacingOfMeasuresTheGapsBetweenSuccesses(t *testing.T) {
 	}
 }
 
+func TestToNextReleaseIsTheLeastWaitAnyOrderCouldGive(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	releases := []time.Time{at(10), at(10.5), at(30)}
+	for _, c := range []struct {
+		call admittedCall
+		want time.Duration
+	}{
+		{admittedCall{at(8), ms(2.5)}, ms(2)},        // waited past the next release: that release
+		{admittedCall{at(10.5), ms(4)}, 0},           // called at a release
+		{admittedCall{at(11), ms(19)}, ms(19)},       // served at the next release
+		{admittedCall{at(12), ms(0.001)}, ms(0.001)}, // a permit was free: its own wait
+		{admittedCall{at(31), ms(0.002)}, ms(0.002)}, // after every release: its own wait
+	} {
+		var h histogram
+		toNextRelease(&h, releases, []admittedCall{c.call})
+		if got := h.quantile(1); h.count() != 1 || got < c.want*98/100 || got > c.want*102/100 {
+			t.Errorf("a call %v after the start that waited %v: %d recorded, %v; want %v", c.call.at.Sub(t0), c.call.wait, h.count(), got, c.want)
+		}
+	}
+}
+
 // fairRoundOf is a round in which the contenders with classes meet every target and those
 // without miss every one.
 func fairRoundOf(unloaded time.Duration) fairRound {
@@ -183,6 +206,7 @@ func fairRoundOf(unloaded time.Duration) fairRound {
 	}
 	return fairRound{
 		Unloaded:   unloaded,
+		UnloadedSt: 19 * time.Millisecond,
 		NoisyAlone: &phaseResult{Elapsed: time.Second, Groups: map[string]*tally{noisyGroup: fakeTally(400, 160*time.Millisecond, nil)}},
 		Noisy:      map[string]*phaseResult{withTenants: with, noTenants: without},
 		Priority: map[string]*phaseResult{
@@ -231,6 +255,7 @@ func TestFairTargetsJudgeBothContendersOnTheMedians(t *testing.T) {
 		"| small-1 | no tenants | 100 | 50.00 % | 89.",
 		"| the high worker's failures: timeout | 0 | 400 |",
 		"| failed: full | 100 | 100 |",
+		"Unloaded p99 (one worker alone, first in each round): 20 ms (20 ms–100 ms), its statement time's p99 in the driver 19 ms.",
 		"| | plain database/sql | gated |",
 		"| goodput (/s) | 380 | 370 |",
 		"| successes ending within 1 ms of the one before | 75.00 % | 70.00 % |",
@@ -283,10 +308,28 @@ func TestFairPhaseCountsEveryGroupAndPauses(t *testing.T) {
 		}
 		return counted(ctx, w)
 	}
+	// Worker 0's calls wait 1 ms in the gate and release their permit, as gated tells an Observer.
+	var obs gated.Observer
+	attach := func(o gated.Observer) func() {
+		obs = o
+		return func() { obs = nil }
+	}
+	withEvents := call
+	call = func(ctx context.Context, w int) error {
+		if w == 0 {
+			obs.Observe(gated.Event{Kind: gated.EventAdmitted, Duration: time.Millisecond, Context: ctx})
+			obs.Observe(gated.Event{Kind: gated.EventStatement, Duration: 3 * time.Millisecond, Context: ctx})
+			obs.Observe(gated.Event{Kind: gated.EventHold, Context: ctx})
+		}
+		return withEvents(ctx, w)
+	}
 	t0 := time.Now()
-	res, err := fairPhase(context.Background(), call, ws, 5*time.Millisecond, time.Millisecond, 100*time.Millisecond, nil)
+	res, err := fairPhase(context.Background(), call, ws, 5*time.Millisecond, time.Millisecond, 100*time.Millisecond, attach)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if obs != nil {
+		t.Error("the Observer is still attached after the phase")
 	}
 	if waited := time.Duration(first.Load() - t0.UnixNano()); waited < start {
 		t.Errorf("worker 0 called %v after the phase began, before its start of %v", waited, start)
@@ -294,6 +337,19 @@ func TestFairPhaseCountsEveryGroupAndPauses(t *testing.T) {
 	g := res.group("ok")
 	if g.OK == 0 || g.OK != g.Calls || g.Hist.count() != uint64(g.OK) {
 		t.Errorf("ok: %+v", g)
+	}
+	// Every success waited 1 ms and ran one statement; the least wait any order could have given
+	// it is no more than its own.
+	if w, st := g.Wait.quantile(0.5), g.Stmt.quantile(0.5); g.Wait.count() != uint64(g.OK) || g.Next.count() != uint64(g.OK) || g.Stmt.count() != uint64(g.OK) ||
+		w < 984*time.Microsecond || w > 1016*time.Microsecond || st < 2952*time.Microsecond || st > 3048*time.Microsecond {
+		t.Errorf("ok: %d successes, %d waits (median %v), %d statements (median %v), %d times to the next release",
+			g.OK, g.Wait.count(), w, g.Stmt.count(), st, g.Next.count())
+	}
+	if got := g.Next.quantile(1); got > 1016*time.Microsecond {
+		t.Errorf("ok: the least wait any order could have given is %v, more than the 1 ms waited", got)
+	}
+	if g := res.group("spin"); g.Next.count() != 0 || g.Wait.count() != 0 || g.Stmt.count() != 0 {
+		t.Errorf("spin, never admitted: %d waits, %d statements, %d times to the next release", g.Wait.count(), g.Stmt.count(), g.Next.count())
 	}
 	// Only the successes are spaced: those of worker 0, one after another.
 	if want := res.Elapsed / time.Duration(g.OK); res.Spacing.Even != want || res.Spacing.P50 <= 0 {
@@ -339,8 +395,8 @@ func TestFairRunsAgainstTheServer(t *testing.T) {
 		t.Fatalf("%d rounds, want 1", len(rep.rounds))
 	}
 	rd := rep.rounds[0]
-	if rd.Unloaded <= 0 || rd.NoisyAlone.goodput() <= 0 {
-		t.Errorf("unloaded p99 %v, the noisy tenant's goodput alone %v", rd.Unloaded, rd.NoisyAlone.goodput())
+	if rd.Unloaded <= 0 || rd.UnloadedSt <= 0 || rd.UnloadedSt > rd.Unloaded || rd.NoisyAlone.goodput() <= 0 {
+		t.Errorf("unloaded p99 %v, its statement time's %v; the noisy tenant's goodput alone %v", rd.Unloaded, rd.UnloadedSt, rd.NoisyAlone.goodput())
 	}
 	check := func(what string, p *phaseResult, groups ...string) {
 		t.Helper()
@@ -363,6 +419,16 @@ func TestFairRunsAgainstTheServer(t *testing.T) {
 	}
 	for _, c := range []string{withHigh, noPriority} {
 		check("priority "+c, rd.Priority[c], highGroup, normalGroup)
+	}
+	// What gated told the Observer reached the tallies: every success of the high worker ran a
+	// statement, and the normal workers' successes queued behind the others.
+	if p := rd.Priority[withHigh]; p != nil {
+		if h := p.group(highGroup); h.Stmt.count() != uint64(h.OK) || h.Wait.count() < uint64(h.OK) {
+			t.Errorf("priority high: %d successes, %d statement times, %d waits", h.OK, h.Stmt.count(), h.Wait.count())
+		}
+		if n := p.group(normalGroup); n.Next.count() != uint64(n.OK) || n.Next.quantile(1) > n.Wait.quantile(1)*102/100 {
+			t.Errorf("priority high: %d successes of the normal workers, %d least waits up to %v, waits up to %v", n.OK, n.Next.count(), n.Next.quantile(1), n.Wait.quantile(1))
+		}
 	}
 	for _, c := range []string{onPlain, onGated} {
 		check("lockstep "+c, rd.Lockstep[c], lockGroup)
