@@ -278,6 +278,57 @@ func TestGateInvariantsWithTenantsAndPriorities(t *testing.T) {
 // context's priority (a high one displaces a low waiter from a full gate), and the transaction's
 // statements, under whatever context, never queue again: the permit taken at BEGIN is held to
 // the end, so every statement runs with the priority and tenant the transaction began with.
+// TestLendingServesABorrowersWaitersInTheirOrder: a permit lent by another workload goes to the
+// borrower's waiters by priority and tenant, as its own permits do.
+func TestLendingServesABorrowersWaitersInTheirOrder(t *testing.T) {
+	web, batch := newLendingSet()
+	mustAcquire(t, batch)
+	mustAcquire(t, batch)
+	mustAcquire(t, web)
+	mustAcquire(t, web)
+	var log serviceLog
+	var dones []<-chan error
+	for _, w := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"low", prioCtx(PriorityLow)},
+		{"a1", tenantCtx("a")},
+		{"a2", tenantCtx("a")},
+		{"high", prioCtx(PriorityHigh)},
+	} {
+		dones = append(dones, queueNamed(t, web, w.ctx, w.name, &log))
+	}
+	// batch has no waiter: its freed permit is lent to web, whose waiters each release at once,
+	// so that the one lent permit serves them one after another.
+	batch.release(nil)
+	wantServed(t, &log, []string{"high", "a1", "a2", "low"}, dones...)
+	if ws, bs := gateStats(web), gateStats(batch); ws.Waiting != 0 || ws.Running != 2 || bs.Running != 1 || bs.Lent != 0 {
+		t.Errorf("after: web running %d waiting %d, batch running %d lent %d; want 2, 0, 1, 0", ws.Running, ws.Waiting, bs.Running, bs.Lent)
+	}
+}
+
+// TestRaisedLimitServesByPriority: permits a raise of B frees (a fleet's new share, or auto's
+// limit) go to the waiters in their order, not in arrival order.
+func TestRaisedLimitServesByPriority(t *testing.T) {
+	g := newTestGate(1, 4, time.Minute)
+	mustAcquire(t, g)
+	var log serviceLog
+	var dones []<-chan error
+	for _, w := range []struct {
+		name string
+		p    Priority
+	}{{"low", PriorityLow}, {"normal", PriorityNormal}, {"high", PriorityHigh}} {
+		dones = append(dones, queueNamed(t, g, prioCtx(w.p), w.name, &log))
+	}
+	// One permit more: each waiter served releases at once, handing it to the next.
+	g.setLimits(2, 4)
+	wantServed(t, &log, []string{"high", "normal", "low"}, dones...)
+	if s := gateStats(g); s.Running != 1 || s.Waiting != 0 || s.Concurrent != 2 {
+		t.Errorf("after: %+v; want the first permit still held, nobody waiting, B = 2", s)
+	}
+}
+
 func TestInTxPassesTheGateOnceWithItsContextsPriority(t *testing.T) {
 	db, c, fd := openFake(t, "gate_max_conns=2 gate_concurrent=1 gate_queue=1 gate_queue_wait=1m")
 	held := holdPermit(t, db, fd, "h")
