@@ -84,17 +84,28 @@ func tenantCtx(tenant string) context.Context { return WithTenant(context.Backgr
 
 func prioCtx(p Priority) context.Context { return WithPriority(context.Background(), p) }
 
+// A named is an acquire to queue: its name in a serviceLog and its context.
+type named struct {
+	name string
+	ctx  context.Context
+}
+
+// queueAll queues the acquires ws on g in turn (queueNamed) and returns their error channels.
+func queueAll(t *testing.T, g *gate, log *serviceLog, ws ...named) []<-chan error {
+	t.Helper()
+	var dones []<-chan error
+	for _, w := range ws {
+		dones = append(dones, queueNamed(t, g, w.ctx, w.name, log))
+	}
+	return dones
+}
+
 func TestGateServesHigherPriorityFirst(t *testing.T) {
 	g := newTestGate(1, 5, time.Minute)
 	mustAcquire(t, g)
 	var log serviceLog
-	var dones []<-chan error
-	for _, w := range []struct {
-		name string
-		p    Priority
-	}{{"low", PriorityLow}, {"normal1", PriorityNormal}, {"high", PriorityHigh}, {"normal2", PriorityNormal}} {
-		dones = append(dones, queueNamed(t, g, prioCtx(w.p), w.name, &log))
-	}
+	dones := queueAll(t, g, &log, named{"low", prioCtx(PriorityLow)}, named{"normal1", prioCtx(PriorityNormal)},
+		named{"high", prioCtx(PriorityHigh)}, named{"normal2", prioCtx(PriorityNormal)})
 	g.release(nil)
 	wantServed(t, &log, []string{"high", "normal1", "normal2", "low"}, dones...)
 }
@@ -287,18 +298,8 @@ func TestLendingServesABorrowersWaitersInTheirOrder(t *testing.T) {
 	mustAcquire(t, web)
 	mustAcquire(t, web)
 	var log serviceLog
-	var dones []<-chan error
-	for _, w := range []struct {
-		name string
-		ctx  context.Context
-	}{
-		{"low", prioCtx(PriorityLow)},
-		{"a1", tenantCtx("a")},
-		{"a2", tenantCtx("a")},
-		{"high", prioCtx(PriorityHigh)},
-	} {
-		dones = append(dones, queueNamed(t, web, w.ctx, w.name, &log))
-	}
+	dones := queueAll(t, web, &log, named{"low", prioCtx(PriorityLow)}, named{"a1", tenantCtx("a")}, named{"a2", tenantCtx("a")},
+		named{"high", prioCtx(PriorityHigh)})
 	// batch has no waiter: its freed permit is lent to web, whose waiters each release at once,
 	// so that the one lent permit serves them one after another.
 	batch.release(nil)
@@ -314,13 +315,7 @@ func TestRaisedLimitServesByPriority(t *testing.T) {
 	g := newTestGate(1, 4, time.Minute)
 	mustAcquire(t, g)
 	var log serviceLog
-	var dones []<-chan error
-	for _, w := range []struct {
-		name string
-		p    Priority
-	}{{"low", PriorityLow}, {"normal", PriorityNormal}, {"high", PriorityHigh}} {
-		dones = append(dones, queueNamed(t, g, prioCtx(w.p), w.name, &log))
-	}
+	dones := queueAll(t, g, &log, named{"low", prioCtx(PriorityLow)}, named{"normal", prioCtx(PriorityNormal)}, named{"high", prioCtx(PriorityHigh)})
 	// One permit more: each waiter served releases at once, handing it to the next.
 	g.setLimits(2, 4)
 	wantServed(t, &log, []string{"high", "normal", "low"}, dones...)
