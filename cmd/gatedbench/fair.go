@@ -404,13 +404,15 @@ type workerKey struct{}
 // fairPhase runs ws closed loop: each calls call with a context of its own class and a deadline
 // of deadline, for warmup and until every worker's first call ended, then for dur; the calls that
 // end within dur are counted in their worker's group, and the times the successes ended in the
-// phase's spacing. With attach (nil: none), the gate's wait
-// of each admitted call in the measured window is counted too, from the Observer's
-// EventAdmitted, which gated emits on the calling goroutine, as it does EventStatement, whose
-// time inside the driver is counted for the successes; and so is, for each success, the least
-// any order of service could have made it wait, from the releases of permits by anyone
-// (EventHold, which gated emits just before it gives the permit back). It returns an error only
-// when ctx ends.
+// phase's spacing. With attach (nil: none), an Observer on the gate adds, for the same calls:
+//   - the gate's wait of each admitted one (EventAdmitted);
+//   - the time inside the driver of each success's statement (EventStatement);
+//   - for each success, the least wait any order of service could have given it
+//     (toNextRelease), from the releases of permits by anyone (EventHold, which gated emits just
+//     before it gives the permit back).
+//
+// gated emits EventAdmitted and EventStatement on the calling goroutine. It returns an error
+// only when ctx ends.
 func fairPhase(ctx context.Context, call op, ws []fairWorker, deadline, warmup, dur time.Duration, attach func(gated.Observer) func()) (*phaseResult, error) {
 	var l loopWindow
 	tallies := make([]tally, len(ws))
