@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -234,42 +233,16 @@ func TestGateAdaptiveKeepsTenantsInTurn(t *testing.T) {
 func TestGateInvariantsWithTenantsAndPriorities(t *testing.T) {
 	const b, q, workers, rounds = 3, 5, 32, 200
 	g := newTestGate(b, q, 5*time.Millisecond)
-	var holders, violations, displaced atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 2))
-			for range rounds {
-				ctx := WithTenant(context.Background(), fmt.Sprint("t", r.IntN(4)))
-				if r.IntN(3) == 0 {
-					ctx = WithTenant(context.Background(), "")
-				}
-				ctx = WithPriority(ctx, Priority(r.IntN(3)-1))
-				ctx, cancel := context.WithTimeout(ctx, time.Duration(r.IntN(3000))*time.Microsecond)
-				_, err := g.acquire(ctx)
-				cancel()
-				if errors.Is(err, ErrAdmissionDisplaced) {
-					displaced.Add(1)
-				}
-				if err != nil {
-					continue
-				}
-				if n := holders.Add(1); n > b {
-					violations.Add(1)
-				}
-				if s := gateStats(g); s.Running > b || s.Running+s.Waiting > b+q {
-					violations.Add(1)
-				}
-				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
-				holders.Add(-1)
-				g.release(nil)
-			}
-		})
-	}
-	wg.Wait()
+	violations, displaced := churnGate(g, b, q, workers, rounds, 2, func(r *rand.Rand) context.Context {
+		ctx := WithTenant(context.Background(), fmt.Sprint("t", r.IntN(4)))
+		if r.IntN(3) == 0 {
+			ctx = WithTenant(context.Background(), "")
+		}
+		return WithPriority(ctx, Priority(r.IntN(3)-1))
+	})
 	s := gateStats(g)
-	if violations.Load() != 0 {
-		t.Errorf("%d observations exceeded B or B+Q", violations.Load())
+	if violations != 0 {
+		t.Errorf("%d observations exceeded B or B+Q", violations)
 	}
 	if s.Running != 0 || s.Waiting != 0 || g.order.Len() != 0 {
 		t.Errorf("after quiet: running %d, waiting %d, queued %d", s.Running, s.Waiting, g.order.Len())
@@ -277,8 +250,8 @@ func TestGateInvariantsWithTenantsAndPriorities(t *testing.T) {
 	if total := s.Admitted + s.RejectedFull + s.RejectedTimeout + s.RejectedDisplaced + s.Canceled; total != workers*rounds {
 		t.Errorf("outcomes add up to %d, want %d (%+v)", total, workers*rounds, s)
 	}
-	if s.RejectedDisplaced != displaced.Load() || s.RejectedDisplaced == 0 {
-		t.Errorf("%d displaced by Stats, %d by the callers; want equal and some", s.RejectedDisplaced, displaced.Load())
+	if s.RejectedDisplaced != displaced || s.RejectedDisplaced == 0 {
+		t.Errorf("%d displaced by Stats, %d by the callers; want equal and some", s.RejectedDisplaced, displaced)
 	}
 	for range b {
 		mustAcquire(t, g)

@@ -208,37 +208,50 @@ func TestGateNeverHandsPermitToEndedWaiter(t *testing.T) {
 	}
 }
 
-func TestGateCountsExactAfterRandomCancellations(t *testing.T) {
-	const b, q, workers, rounds = 3, 5, 32, 200
-	g := newTestGate(b, q, 5*time.Millisecond)
-	var running, violations atomic.Int64
+// churnGate runs workers goroutines against g (B = b, Q = q), each making rounds acquires: the
+// context of each is ctxOf's (drawing from the worker's random source r, seeded with its number
+// and seed) with a random deadline of up to 3 ms, and each permit is held up to 200 µs. It returns
+// how many times a holder saw more than b holders, or the gate's Stats more than b running or
+// b+q admitted, and how many acquires were refused with ErrAdmissionDisplaced.
+func churnGate(g *gate, b, q, workers, rounds int, seed uint64, ctxOf func(r *rand.Rand) context.Context) (violations, displaced int64) {
+	var holders, nViolations, nDisplaced atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 1))
+			r := rand.New(rand.NewPCG(uint64(w), seed))
 			for range rounds {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(3000))*time.Microsecond)
+				ctx, cancel := context.WithTimeout(ctxOf(r), time.Duration(r.IntN(3000))*time.Microsecond)
 				_, err := g.acquire(ctx)
 				cancel()
+				if errors.Is(err, ErrAdmissionDisplaced) {
+					nDisplaced.Add(1)
+				}
 				if err != nil {
 					continue
 				}
-				if n := running.Add(1); n > b {
-					violations.Add(1)
+				if n := holders.Add(1); n > int64(b) {
+					nViolations.Add(1)
 				}
 				if s := gateStats(g); s.Running > b || s.Running+s.Waiting > b+q {
-					violations.Add(1)
+					nViolations.Add(1)
 				}
 				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
-				running.Add(-1)
+				holders.Add(-1)
 				g.release(nil)
 			}
 		})
 	}
 	wg.Wait()
+	return nViolations.Load(), nDisplaced.Load()
+}
+
+func TestGateCountsExactAfterRandomCancellations(t *testing.T) {
+	const b, q, workers, rounds = 3, 5, 32, 200
+	g := newTestGate(b, q, 5*time.Millisecond)
+	violations, _ := churnGate(g, b, q, workers, rounds, 1, func(*rand.Rand) context.Context { return context.Background() })
 	s := gateStats(g)
-	if violations.Load() != 0 {
-		t.Errorf("%d observations exceeded B or B+Q", violations.Load())
+	if violations != 0 {
+		t.Errorf("%d observations exceeded B or B+Q", violations)
 	}
 	if s.Running != 0 || s.Waiting != 0 {
 		t.Errorf("after quiet: running %d, waiting %d", s.Running, s.Waiting)
